@@ -1,0 +1,103 @@
+"""Shared pieces of the command-line interface: problem options, α lists, JSON Lines, error handling.
+
+Every command takes the same problem options (ARCHITECTURE.md) with the same defaults; they are
+declared once here as ``Annotated`` aliases, and :func:`problem_from_cli` turns them into a validated
+:class:`~tiedattention.problem.Problem`. :func:`cli_errors` turns a :class:`ParameterError` into one
+line on stderr and exit code 2, so no command prints half a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from .errors import ParameterError
+from .problem import Problem, validate_alpha
+
+TargetOpt = Annotated[
+    str, typer.Option("--target", help="mp:K | powerlaw:G[:cutoff=R] | spikes:a,b[+mp:K] | file:eig.npy")
+]
+NoiseOpt = Annotated[float, typer.Option("--noise", help="logit-noise strength Δ")]
+NoiseOutOpt = Annotated[float, typer.Option("--noise-out", help="output-noise variance Δ_out")]
+LamOpt = Annotated[float, typer.Option("--lam", help="weight decay λ (nuclear-norm penalty λ·d·Tr S)")]
+TokensOpt = Annotated[int, typer.Option("--tokens", help="sequence length T")]
+BetaOpt = Annotated[float, typer.Option("--beta", help="student temperature β")]
+Beta0Opt = Annotated[float, typer.Option("--beta0", help="teacher temperature β0")]
+KappaOpt = Annotated[float, typer.Option("--kappa", help="student width ratio κ = p/d")]
+ModelOpt = Annotated[str, typer.Option("--model", help="factorized | direct")]
+TaskOpt = Annotated[str, typer.Option("--task", help="seq2lab | seq2seq")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON Lines instead of a table")]
+
+
+def problem_from_cli(
+    target: str, noise: float, noise_out: float, lam: float, tokens: int, beta: float, beta0: float,
+    kappa: float, model: str, task: str,
+) -> Problem:
+    """Validated problem from the shared options (raises ParameterError with the option's name)."""
+    return Problem.from_options(
+        target=target, noise=noise, noise_out=noise_out, lam=lam, tokens=tokens, beta=beta, beta0=beta0,
+        kappa=kappa, model=model, task=task,
+    )
+
+
+def parse_floats(text: str, name: str = "alpha", positive: bool = True) -> list[float]:
+    """'0.1,0.5,4' or 'start:stop:num' (log-spaced) -> list of floats, validated."""
+    text = text.strip()
+    try:
+        if ":" in text:
+            a, b, k = text.split(":")
+            lo, hi, num = float(a), float(b), int(k)
+            if lo <= 0 or hi <= 0 or num < 1:
+                raise ValueError
+            values = list(np.geomspace(lo, hi, num))
+        else:
+            values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ParameterError(name, f"cannot read '{text}' (expected a,b,c or start:stop:num)") from None
+    if not values:
+        raise ParameterError(name, "needs at least one value")
+    if positive:
+        values = [validate_alpha(v, name) for v in values]
+    return values
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe: numpy scalars to Python, non-finite floats to null (never a silent NaN that looks right)."""
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _clean(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def emit_json(record: dict[str, Any]) -> None:
+    """One JSON object per line on stdout, flushed (JSON Lines)."""
+    sys.stdout.write(json.dumps(_clean(record)) + "\n")
+    sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def cli_errors() -> Iterator[None]:
+    """Print a ParameterError as one line naming the parameter and exit with status 2."""
+    try:
+        yield
+    except ParameterError as exc:
+        name = exc.param if exc.param.startswith("-") else "--" + exc.param.replace("_", "-")
+        typer.echo(f"error: {name}: {exc.message}", err=True)
+        raise typer.Exit(code=2) from None
