@@ -1,0 +1,107 @@
+"""``tiedattention sweep SPEC --out STORE``: run a TOML grid into a resumable Parquet store."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..cli_common import JsonOpt, cli_errors, emit_json
+from ..errors import ParameterError
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """A batch system's SIGTERM stops the sweep like Ctrl-C: finished cells stay, the rest is cancelled."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (e.g. called from a test runner thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("sweep")
+    def sweep(
+        spec: Annotated[Path, typer.Argument(help="TOML spec: a [grid] table of lists and a [run] table")],
+        out: Annotated[Path, typer.Option("--out", help="store directory (created; reused to resume)")],
+        scheduler: Annotated[
+            str | None, typer.Option("--scheduler", help="dask.distributed scheduler, tcp://HOST:PORT")
+        ] = None,
+        workers: Annotated[
+            int | None, typer.Option("--workers", help="local worker processes (default: all cores)")
+        ] = None,
+        json_out: JsonOpt = False,
+        progress: Annotated[
+            bool, typer.Option("--progress/--no-progress", help="progress bar on stderr")
+        ] = True,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="validate, count cells and finished ones; compute nothing")
+        ] = False,
+    ) -> None:
+        """Run every cell of a sweep not yet in the store (see docs/user-guide/sweeps.md).
+
+        Interrupted sweeps (Ctrl-C, kill, a crashed worker) resume with the same command.
+        """
+        from ..sweep import Store, SweepInterrupted, load_spec, run_sweep
+
+        with cli_errors():
+            sweep_spec = load_spec(spec)
+            if workers is not None and workers < 1:
+                raise ParameterError("workers", f"must be >= 1 (got {workers})")
+            if scheduler is not None and "://" not in scheduler:
+                raise ParameterError("scheduler", f"expected tcp://HOST:PORT (got {scheduler!r})")
+            if dry_run:
+                store = Store(out, create=False)
+                done = store.done_keys() & set(sweep_spec.keys)
+                typer.echo(
+                    f"sweep: {len(sweep_spec)} cells ({', '.join(sweep_spec.routes)}), "
+                    f"{len(done)} already in {out}, {len(sweep_spec) - len(done)} to compute",
+                    err=True,
+                )
+                return
+            try:
+                with _sigterm_as_interrupt():
+                    summary = run_sweep(
+                        sweep_spec, out, executor=scheduler or "local", max_workers=workers,
+                        progress=progress,
+                    )
+            except SweepInterrupted as exc:
+                typer.echo(f"sweep: {exc} (same command: tiedattention sweep {spec} --out {out})", err=True)
+                raise typer.Exit(code=130) from None
+            except KeyboardInterrupt:  # before the first cell was submitted
+                typer.echo("sweep: interrupted; run the same command again to resume", err=True)
+                raise typer.Exit(code=130) from None
+
+        typer.echo(f"sweep: {summary.line()} in {summary.seconds:.1f} s", err=True)
+        for problem in summary.corrupt:
+            typer.echo(f"sweep: recomputed a corrupt cell file: {problem.path}", err=True)
+        if summary.failures:
+            by_key = {c.key: c for c in sweep_spec.cells}
+            for i, (key, message) in enumerate(summary.failures.items()):
+                if i == 5:
+                    typer.echo(f"sweep: ... and {summary.failed - 5} more failures", err=True)
+                    break
+                cell = by_key[key]
+                typer.echo(
+                    f"sweep: failed {key[:12]} (route={cell.route}, alpha={cell.params['alpha']}): {message}",
+                    err=True,
+                )
+        if json_out:
+            for row in summary.table().to_dict(orient="records"):
+                emit_json(row)
+        if summary.failures:
+            typer.echo("sweep: failed cells are not stored; rerun the same command to retry them", err=True)
+            raise typer.Exit(code=1)

@@ -1,0 +1,286 @@
+"""Run a sweep: skip finished cells, compute the rest on local processes or a dask.distributed cluster.
+
+The driver (the process calling :func:`run_sweep`) is the only writer: workers return records, and the
+driver writes each one to the store as soon as it arrives. So
+
+* killing the driver (Ctrl-C, ``kill -9``) loses at most the cells in flight; running the same sweep again
+  skips every cell already in the store;
+* a worker that dies takes only its in-flight cells with it: locally the process pool is rebuilt and those
+  cells retried (each at most ``retries`` more times); on dask the scheduler reschedules them on another
+  worker (dask's ``allowed-failures``) and exceptions are retried ``retries`` times;
+* a cell whose route raises is reported as failed, not written, and tried again by the next run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .. import __version__
+from ..errors import ParameterError
+from .routes import check_route, run_cell
+from .spec import Cell, SweepSpec, load_spec
+from .store import Store, StoreProblem
+
+__all__ = ["run_sweep", "SweepSummary", "SweepInterrupted"]
+
+
+@dataclass
+class SweepSummary:
+    """What a run did. ``table()`` reads the spec's cells back from the store, in spec order."""
+
+    spec: SweepSpec
+    store: Store
+    total: int = 0
+    skipped: int = 0
+    computed: int = 0
+    failures: dict[str, str] = field(default_factory=dict)
+    corrupt: list[StoreProblem] = field(default_factory=list)
+    interrupted: bool = False
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> int:
+        return len(self.failures)
+
+    @property
+    def complete(self) -> bool:
+        return not self.interrupted and not self.failures
+
+    def table(self) -> pd.DataFrame:
+        return self.store.read_table(self.spec.keys)
+
+    def line(self) -> str:
+        return (
+            f"{self.total} cells: {self.skipped} skipped (already in the store), {self.computed} computed, "
+            f"{self.failed} failed -> {self.store.root}"
+        )
+
+
+class SweepInterrupted(Exception):
+    """The driver was interrupted (Ctrl-C / SIGTERM). Everything finished before is in the store."""
+
+    def __init__(self, summary: SweepSummary):
+        self.summary = summary
+        super().__init__(
+            f"interrupted: {summary.skipped + summary.computed} of {summary.total} cells are in "
+            f"{summary.store.root}; run the same sweep again to resume"
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# progress
+# --------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int, done: int) -> Iterator[Callable[[], None]]:
+    if not enabled:
+        yield lambda: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        console=Console(stderr=True), transient=False,
+    ) as bar:
+        task = bar.add_task("sweep", total=total, completed=done)
+        yield lambda: bar.advance(task)
+
+
+# --------------------------------------------------------------------------------------------------
+# local processes
+# --------------------------------------------------------------------------------------------------
+def _watch_parent(parent: int) -> None:  # pragma: no cover - runs in worker processes
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(1)  # the driver is gone (kill -9): do not keep computing for nobody
+
+
+def _worker_init(parent: int) -> None:  # pragma: no cover - runs in worker processes
+    # the driver decides what Ctrl-C means; workers just stop when it goes away
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    pool.shutdown(wait=False, cancel_futures=True)
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:  # pragma: no cover
+        terminate()
+        return
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            proc.terminate()
+
+
+def _run_local(
+    todo: list[Cell], max_workers: int | None, retries: int,
+    on_result: Callable[[Cell, dict], None], on_failure: Callable[[Cell, str], None],
+) -> None:
+    workers = max(1, min(max_workers or os.cpu_count() or 1, len(todo)))
+    ctx = mp.get_context("spawn")  # no fork: safe with torch/CUDA and threads in the driver
+    pending: deque[Cell] = deque(todo)
+    deaths: dict[str, int] = {}
+    while pending:
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
+        inflight: dict[Future, Cell] = {}
+        try:
+            broken = False
+            while (pending and not broken) or inflight:
+                # at most one cell per worker in flight: a dead worker then implicates only running cells
+                while pending and not broken and len(inflight) < workers:
+                    cell = pending.popleft()
+                    try:
+                        inflight[pool.submit(run_cell, cell.payload())] = cell
+                    except BrokenProcessPool:
+                        pending.appendleft(cell)
+                        broken = True
+                if not inflight:
+                    break
+                done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    cell = inflight.pop(fut)
+                    try:
+                        record = fut.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        deaths[cell.key] = deaths.get(cell.key, 0) + 1
+                        if deaths[cell.key] > retries:
+                            on_failure(cell, f"a worker process died {deaths[cell.key]} times running it")
+                        else:
+                            pending.appendleft(cell)
+                    except Exception as exc:
+                        on_failure(cell, f"{type(exc).__name__}: {exc}")
+                    else:
+                        on_result(cell, record)
+            if broken:
+                _stop_pool(pool)
+            else:
+                pool.shutdown(wait=True)
+        except BaseException:
+            _stop_pool(pool)
+            raise
+
+
+# --------------------------------------------------------------------------------------------------
+# dask.distributed
+# --------------------------------------------------------------------------------------------------
+def _run_dask(
+    todo: list[Cell], executor: Any, retries: int,
+    on_result: Callable[[Cell, dict], None], on_failure: Callable[[Cell, str], None],
+) -> None:
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise ParameterError("scheduler", "needs dask.distributed: install tiedattention[dask]") from None
+    own = isinstance(executor, str)
+    if own:
+        try:
+            client = Client(executor, timeout="30s")
+        except OSError as exc:
+            raise ParameterError("scheduler", f"cannot connect to {executor}: {exc}") from None
+    else:
+        client = executor
+    futures: dict[Any, Cell] = {}
+    try:
+        for cell in todo:
+            fut = client.submit(
+                run_cell, cell.payload(), key=f"tiedattention-cell-{cell.key}", pure=False, retries=retries
+            )
+            futures[fut] = cell
+        for fut in as_completed(list(futures)):
+            cell = futures.pop(fut)
+            try:
+                record = fut.result()
+            except Exception as exc:  # includes KilledWorker: the task took down workers repeatedly
+                on_failure(cell, f"{type(exc).__name__}: {exc}")
+            else:
+                on_result(cell, record)
+            fut.release()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            client.cancel(list(futures))
+        raise
+    finally:
+        if own:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+# --------------------------------------------------------------------------------------------------
+def run_sweep(
+    spec: SweepSpec | str | os.PathLike,
+    store: Store | str | os.PathLike,
+    executor: Any = "local",
+    max_workers: int | None = None,
+    progress: bool = True,
+    retries: int = 3,
+) -> SweepSummary:
+    """Compute every cell of ``spec`` that ``store`` does not hold yet.
+
+    ``executor``: ``"local"`` (a pool of ``max_workers`` processes, all cores by default), a scheduler
+    address ``"tcp://HOST:PORT"``, or a ``distributed.Client``. Returns a :class:`SweepSummary`; raises
+    :class:`SweepInterrupted` on Ctrl-C (what finished is kept) and :class:`ParameterError` on bad input
+    before anything runs.
+    """
+    t0 = time.perf_counter()
+    if not isinstance(spec, SweepSpec):
+        spec = load_spec(spec)
+    if not isinstance(store, Store):
+        store = Store(Path(store))
+    if max_workers is not None and max_workers < 1:
+        raise ParameterError("workers", f"must be >= 1 (got {max_workers})")
+    for route in spec.routes:
+        check_route(route, spec.settings)
+
+    summary = SweepSummary(spec=spec, store=store, total=len(spec.cells))
+    store.cleanup_temp()
+    summary.corrupt = store.verify(quarantine=True)
+    store.write_manifest(spec)
+    done = store.done_keys()
+    todo = [c for c in spec.cells if c.key not in done]
+    summary.skipped = summary.total - len(todo)
+
+    with _progress(progress, summary.total, summary.skipped) as advance:
+
+        def on_result(cell: Cell, record: dict) -> None:
+            if record.get("version") != __version__ or record.get("key") != cell.key:
+                on_failure(
+                    cell,
+                    f"worker returned version {record.get('version')!r} for key {record.get('key')!r}; "
+                    f"the driver runs tiedattention {__version__} (install the same version on workers)",
+                )
+                return
+            store.write(cell.key, record)
+            summary.computed += 1
+            advance()
+
+        def on_failure(cell: Cell, message: str) -> None:
+            summary.failures[cell.key] = message
+
+        try:
+            if todo:
+                if isinstance(executor, str) and executor == "local":
+                    _run_local(todo, max_workers, retries, on_result, on_failure)
+                else:
+                    _run_dask(todo, executor, retries, on_result, on_failure)
+        except KeyboardInterrupt:
+            summary.interrupted = True
+            summary.seconds = time.perf_counter() - t0
+            raise SweepInterrupted(summary) from None
+    summary.seconds = time.perf_counter() - t0
+    return summary

@@ -1,0 +1,164 @@
+"""Routes: what a cell computes. A route is ``callable(params) -> dict of results``.
+
+* ``theory``   -- :func:`tiedattention.theory.theory_record` at (problem, alpha);
+* ``simulate`` -- :func:`tiedattention.simulation.simulate_record` at (problem, alpha, d, seeds, trainer
+  settings), on the worker's GPU when it has one (``device = "auto"``);
+* ``sleep``    -- a stand-in for tests and dry runs: sleeps ``params["sleep"]`` seconds and returns numbers
+  determined by the params, plus the pid that computed them;
+* ``"package.module:function"`` -- any importable function taking the params dict and returning a dict.
+
+Heavy modules (the theory, torch) are imported inside the route, on the worker that runs it.
+:func:`run_cell` is what executors ship to workers: it runs a route on a cell payload and returns the
+record the store writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from .. import __version__
+from ..errors import ParameterError
+from .spec import BUILTIN_ROUTES, PROBLEM_OPTIONS, canonical_json, problem_from_params
+
+__all__ = [
+    "route_theory", "route_simulate", "route_sleep", "get_route", "check_route", "run_cell", "resolve_device",
+]
+
+RouteFn = Callable[..., Mapping[str, Any]]
+
+
+def resolve_device(device: str | None) -> str:
+    """'auto' -> 'cuda' where torch sees a GPU, else 'cpu'; anything else unchanged."""
+    device = (device or "auto").lower()
+    if device != "auto":
+        return device
+    try:
+        import torch
+    except ImportError:  # the simulation itself will say torch is missing
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def route_theory(params: Mapping[str, Any], device: str | None = None) -> dict[str, Any]:
+    from ..theory import theory_record
+
+    return dict(theory_record(problem_from_params(params), float(params["alpha"])))
+
+
+_SIM_FIXED = ("d", "seeds")
+
+
+def route_simulate(params: Mapping[str, Any], device: str | None = None) -> dict[str, Any]:
+    from ..simulation import simulate_record
+
+    trainer = {k: v for k, v in params.items() if k not in PROBLEM_OPTIONS and k not in _SIM_FIXED
+               and k not in ("alpha", "route", "target_sha256")}
+    dev = resolve_device(device)
+    out = dict(
+        simulate_record(
+            problem_from_params(params), float(params["alpha"]), int(params["d"]), int(params["seeds"]),
+            device=dev, **trainer,
+        )
+    )
+    out.setdefault("device", dev)
+    return out
+
+
+def _unit_hash(text: str) -> float:
+    """A float in [0, 1) determined by ``text``."""
+    return int(hashlib.sha256(text.encode()).hexdigest()[:13], 16) / 16**13
+
+
+def route_sleep(params: Mapping[str, Any], device: str | None = None) -> dict[str, Any]:
+    """Sleep ``params['sleep']`` seconds; return ``value`` (a function of the params only) and the pid."""
+    time.sleep(float(params.get("sleep", 0.0)))
+    canon = canonical_json({k: v for k, v in params.items()})
+    return {"value": _unit_hash(canon), "value2": float(params["alpha"]) * 2.0, "pid": os.getpid()}
+
+
+_BUILTIN: dict[str, RouteFn] = {"theory": route_theory, "simulate": route_simulate, "sleep": route_sleep}
+
+
+def get_route(name: str) -> RouteFn:
+    """The callable of a route name (built-in or ``module:function``)."""
+    if name in _BUILTIN:
+        return _BUILTIN[name]
+    mod, _, attr = name.partition(":")
+    try:
+        fn = getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ParameterError("routes", f"cannot load route {name!r}: {exc}") from None
+    if not callable(fn):
+        raise ParameterError("routes", f"route {name!r} is not callable")
+    return fn
+
+
+def check_route(name: str, settings: Mapping[str, Any] | None = None) -> None:
+    """Fail early (ParameterError) if a route cannot run here: module missing, unknown trainer setting."""
+    settings = dict(settings or {})
+    if name == "theory":
+        try:
+            from ..theory import theory_record  # noqa: F401
+        except ImportError as exc:
+            raise ParameterError("routes", f"route 'theory' is not available: {exc}") from None
+    elif name == "simulate":
+        try:
+            from ..simulation import simulate_record
+        except ImportError as exc:
+            raise ParameterError(
+                "routes", f"route 'simulate' is not available ({exc}); install tiedattention[sim]"
+            ) from None
+        sig = inspect.signature(simulate_record)
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+        for k in settings:
+            if k in ("d", "seeds", "device", "sleep") or takes_any or k in sig.parameters:
+                continue
+            raise ParameterError(k, "is not a setting of simulate_record (unknown key in [run])")
+    elif name not in BUILTIN_ROUTES:
+        get_route(name)
+
+
+def run_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Compute one cell on whichever worker runs this; return the record to store.
+
+    The record holds the params (one column each), the route's results (a result that would overwrite a
+    param with a different value is renamed ``result_<name>``), ``key``, ``version``, ``params_json``
+    (what the key was hashed from), and where/when it ran (``worker_host``, ``worker_pid``,
+    ``started_at``, ``seconds``).
+    """
+    params = dict(payload["params"])
+    route = payload["route"]
+    fn = get_route(route)
+    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    t0 = time.perf_counter()
+    if route in _BUILTIN:
+        result = fn(params, device=payload.get("device"))
+    else:
+        result = fn(params)
+    seconds = time.perf_counter() - t0
+    if not isinstance(result, Mapping):
+        raise TypeError(f"route {route!r} returned {type(result).__name__}, expected a dict")
+    record: dict[str, Any] = dict(params)
+    for k, v in result.items():
+        if k in record and record[k] != v:
+            record[f"result_{k}"] = v
+        else:
+            record[k] = v
+    record.update(
+        key=payload["key"],
+        version=__version__,
+        params_json=canonical_json(params),
+        worker_host=socket.gethostname(),
+        worker_pid=os.getpid(),
+        started_at=started,
+        seconds=seconds,
+    )
+    return record
