@@ -207,7 +207,7 @@ class MPTarget(Target):
 
     def __init__(self, kappa0: float):
         if not np.isfinite(kappa0) or kappa0 <= 0:
-            raise ParameterError("kappa0", f"must be > 0 (got {kappa0})")
+            raise ParameterError("target", f"mp:KAPPA0 needs kappa0 > 0 (got {kappa0})")
         self.kappa0 = float(kappa0)
         self.spec = f"mp:{_fmt(self.kappa0)}"
 
@@ -234,9 +234,9 @@ class PowerLawTarget(Target):
 
     def __init__(self, gamma: float, cutoff: int | None = None):
         if not np.isfinite(gamma) or gamma <= 0:
-            raise ParameterError("gamma", f"power-law exponent must be > 0 (got {gamma})")
+            raise ParameterError("target", f"powerlaw:GAMMA needs gamma > 0 (got {gamma})")
         if cutoff is not None and cutoff < 1:
-            raise ParameterError("cutoff", f"must be a positive rank (got {cutoff})")
+            raise ParameterError("target", f"powerlaw cutoff must be a positive rank (got {cutoff})")
         self.gamma = float(gamma)
         self.cutoff = cutoff
         self.spec = f"powerlaw:{_fmt(self.gamma)}" + (f":cutoff={cutoff}" if cutoff else "")

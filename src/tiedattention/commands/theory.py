@@ -1,0 +1,88 @@
+"""`tiedattention theory`: the state-evolution learning curve, one JSON object per alpha."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ..cli_common import (
+    Beta0Opt,
+    BetaOpt,
+    JsonOpt,
+    KappaOpt,
+    LamOpt,
+    ModelOpt,
+    NoiseOpt,
+    NoiseOutOpt,
+    TargetOpt,
+    TaskOpt,
+    TokensOpt,
+    cli_errors,
+    emit_json,
+    parse_floats,
+    problem_from_cli,
+)
+from ..errors import ParameterError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("theory")(theory)
+
+
+def theory(
+    alpha: Annotated[str, typer.Option("--alpha", help="α = n/d² values: a,b,c or start:stop:num (log)")],
+    target: TargetOpt = "mp:0.5",
+    noise: NoiseOpt = 0.5,
+    noise_out: NoiseOutOpt = 0.0,
+    lam: LamOpt = 0.01,
+    tokens: TokensOpt = 2,
+    beta: BetaOpt = 1.0,
+    beta0: Beta0Opt = 1.0,
+    kappa: KappaOpt = 1.0,
+    model: ModelOpt = "factorized",
+    task: TaskOpt = "seq2lab",
+    d: Annotated[int | None, typer.Option("--d", help="dimension for list-based targets (power law, spikes)")] = None,
+    tol: Annotated[float, typer.Option("--tol", help="fixed-point tolerance (relative residual)")] = 1e-10,
+    order: Annotated[int | None, typer.Option("--order", help="Gauss-Hermite order per dimension (T=2)")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Exact high-dimensional prediction (state evolution) along a list of α, warm-started."""
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from ..theory.api import theory_records
+
+    with cli_errors():
+        problem = problem_from_cli(target, noise, noise_out, lam, tokens, beta, beta0, kappa, model, task)
+        alphas = sorted(parse_floats(alpha, "alpha"))
+        if d is not None and d < 2:
+            raise ParameterError("d", f"must be an integer >= 2 (got {d})")
+        if not tol > 0:
+            raise ParameterError("tol", f"must be > 0 (got {tol})")
+        options = {"tol": tol}
+        if order is not None:
+            if order < 2:
+                raise ParameterError("order", f"must be >= 2 (got {order})")
+            options["channel_options"] = {"order": order}
+        err = Console(stderr=True)
+        with Progress(console=err, transient=True, disable=len(alphas) < 2) as bar:
+            job = bar.add_task("state evolution", total=len(alphas))
+            records = theory_records(problem, alphas, d=d, progress=lambda: bar.advance(job), **options)
+    if json:
+        for rec in records:
+            emit_json(rec)
+        return
+    table = Table(title=f"state evolution: {problem.task.target} Δ={noise} λ={lam} T={tokens}")
+    for col in ("α", "ᾱ", "test error", "test (clean)", "train error", "MSE on S", "rank", "conv", "s"):
+        table.add_column(col, justify="right")
+    for r in records:
+        table.add_row(
+            f"{r['alpha']:.4g}", f"{r['alpha_bar']:.4g}", f"{r['test_error']:.6f}", f"{r['test_error_clean']:.6f}",
+            f"{r['train_error']:.6f}", f"{r['mse']:.6f}", f"{r['rank']:.4f}", "yes" if r["converged"] else "NO",
+            f"{r['seconds']:.2f}",
+        )
+    Console().print(table)
+    if not all(r["converged"] for r in records):
+        raise typer.Exit(code=1)

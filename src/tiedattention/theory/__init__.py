@@ -1,0 +1,22 @@
+"""The high-dimensional theory (pure numpy/scipy; never imports torch or the simulation layer).
+
+* :mod:`.spectral` -- free convolution with the semicircle, spectral integrals with exact derivatives;
+* :mod:`.channel` -- softmax output channel: batched prox, Jacobians, deterministic quadrature;
+* :mod:`.state_evolution` -- the fixed-point solver and its result object;
+* :mod:`.thresholds` -- interpolation, perfect-recovery and Bayes-optimal thresholds.
+"""
+
+from .api import theory_record, theory_records
+from .state_evolution import SEResult, StateEvolution, learning_curve, solve
+from .thresholds import Thresholds, thresholds
+
+__all__ = [
+    "SEResult",
+    "StateEvolution",
+    "Thresholds",
+    "learning_curve",
+    "solve",
+    "theory_record",
+    "theory_records",
+    "thresholds",
+]

@@ -1,0 +1,170 @@
+r"""Thresholds of the lambda -> 0+ ERM, in alpha_bar units (THEORY.md section 4).
+
+* perfect recovery, direct (ridge) model: alpha_bar = 1/2;
+* perfect recovery, factorised (minimum nuclear norm over the PSD cone, noiseless), rank fraction
+  kappa0 < 1: with P_k(x) = (1/2 pi) int_{-2}^{x} sqrt(4 - t^2) t^k dt solve
+  c - (1 - kappa0) [c P_0(c) - P_1(c)] = 0, then alpha_PR = 1/2 - (1/2)(1-kappa0)^2 [P_2(c) - c P_1(c)];
+* interpolation: the train error leaves zero. In the lambda -> 0+ SE this happens where the soft
+  threshold eps of the interpolating phase reaches 0 (docs/theory/state_evolution.md):
+  I(delta, 0) - (delta/2) dI/ddelta(delta, 0) = Q0 + Delta/2, then alpha_bar = dI/ddelta / (4 delta).
+  As Delta -> 0+ this tends to (1 - w^2/2)/2 with w the mass of mu_{S0} at 0, i.e.
+  (1 + 2 kappa0 - kappa0^2)/4 for the MP target; the direct model interpolates up to alpha_bar = 1/2;
+* Bayes-optimal perfect recovery (reference): kappa0 - kappa0^2/2 for kappa0 < 1, else 1/2.
+
+Everything depends on the target only through its rank fraction kappa0 = 1 - mu_{S0}({0}) (and, for the
+interpolation threshold at Delta > 0, on the full spectrum).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import optimize
+
+from ..problem import Problem, alpha_from_bar
+from .spectral import FreeConvolution
+
+__all__ = [
+    "Thresholds",
+    "thresholds",
+    "perfect_recovery_factorized",
+    "perfect_recovery_direct",
+    "bayes_optimal",
+    "interpolation_threshold",
+    "interpolation_noiseless",
+    "rank_fraction",
+]
+
+
+def _semicircle_partial(k: int, x: float) -> float:
+    """P_k(x) = (1/2 pi) int_{-2}^{x} sqrt(4 - t^2) t^k dt in closed form (k = 0, 1, 2).
+
+    With t = 2 sin(theta): P_0 = [x sqrt(4-x^2)/2 + 2 theta + pi]/(2 pi), P_1 = -(4-x^2)^{3/2}/(6 pi),
+    P_2 = [2 theta + pi - sin(4 theta)/2]/(2 pi), theta = arcsin(x/2).
+    """
+    x = min(max(x, -2.0), 2.0)
+    theta = math.asin(x / 2.0)
+    root = math.sqrt(max(4.0 - x * x, 0.0))
+    if k == 0:
+        return (0.5 * x * root + 2.0 * theta + math.pi) / (2.0 * math.pi)
+    if k == 1:
+        return -(root**3) / (6.0 * math.pi)
+    if k == 2:
+        return (2.0 * theta + math.pi - 0.5 * math.sin(4.0 * theta)) / (2.0 * math.pi)
+    raise ValueError("k must be 0, 1 or 2")
+
+
+def rank_fraction(measure) -> float:
+    """kappa0 = 1 - mu({0}): the fraction of non-zero target eigenvalues."""
+    atoms, weights = measure.point_masses()
+    w0 = float(np.sum(weights[np.abs(atoms) < 1e-14]))
+    return 1.0 - w0
+
+
+def perfect_recovery_factorized(kappa0: float) -> float:
+    """alpha_bar_PR of the minimum-nuclear-norm PSD estimator (noiseless), THEORY.md section 4."""
+    if kappa0 >= 1:
+        return 0.5
+    w = 1.0 - kappa0
+
+    def eq(c: float) -> float:
+        return c - w * (c * _semicircle_partial(0, c) - _semicircle_partial(1, c))
+
+    c = optimize.brentq(eq, -2.0, 2.0, xtol=1e-15, rtol=1e-15)
+    return 0.5 - 0.5 * w**2 * (_semicircle_partial(2, c) - c * _semicircle_partial(1, c))
+
+
+def perfect_recovery_direct() -> float:
+    """alpha_bar = 1/2: the number of free entries of a symmetric matrix, d^2/2."""
+    return 0.5
+
+
+def bayes_optimal(kappa0: float) -> float:
+    """Bayes-optimal perfect-recovery threshold kappa0 - kappa0^2/2 (kappa0 < 1), else 1/2."""
+    return kappa0 - kappa0**2 / 2 if kappa0 < 1 else 0.5
+
+
+def interpolation_noiseless(kappa0: float) -> float:
+    """Delta -> 0+ interpolation threshold of the factorised model: (1 + 2 kappa0 - kappa0^2)/4."""
+    return (1 + 2 * kappa0 - kappa0**2) / 4 if kappa0 < 1 else 0.5
+
+
+def interpolation_threshold(measure, noise: float, model: str = "factorized") -> float:
+    """alpha_bar at which the lambda -> 0+ train error leaves zero, for logit noise Delta = ``noise``.
+
+    Factorised: the root delta* of H(delta) = I(delta,0) - (delta/2) dI/ddelta(delta,0) - Q0 - Delta/2,
+    then alpha_bar = dI/ddelta(delta*,0) / (4 delta*). H(0+) = -Delta/2 and H grows like delta^3 at small
+    delta, so the relevant root is the first sign change from below, bracketed on a geometric grid.
+    Delta = 0 returns the delta -> 0 limit (1 - w^2/2)/2.
+    """
+    if model == "direct":
+        return 0.5
+    w = 1.0 - rank_fraction(measure)
+    if noise == 0:
+        return (1.0 - w * w / 2.0) / 2.0
+    q_target = measure.q0 + noise / 2.0
+
+    def h(delta: float) -> float:
+        si = FreeConvolution(measure, delta).integrals(0.0)
+        return si.I - 0.5 * delta * si.dI_ddelta - q_target
+
+    grid = np.geomspace(1e-3, 1e3, 61)
+    prev = h(grid[0])
+    if prev > 0:
+        raise FloatingPointError("interpolation threshold: no bracket (H(0+) > 0)")
+    for lo, hi in zip(grid[:-1], grid[1:], strict=True):
+        cur = h(hi)
+        if cur > 0:
+            delta = optimize.brentq(h, lo, hi, xtol=1e-14, rtol=1e-13)
+            si = FreeConvolution(measure, delta).integrals(0.0)
+            return si.dI_ddelta / (4.0 * delta)
+        prev = cur
+    # no root: the PSD projection never fits the noise; interpolation only below alpha_bar -> 0
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """All thresholds, in alpha_bar units and (suffix _alpha) in alpha = n/d^2 units."""
+
+    interpolation: float
+    perfect_recovery_factorized: float
+    perfect_recovery_direct: float
+    bayes_optimal: float
+    interpolation_alpha: float
+    perfect_recovery_factorized_alpha: float
+    perfect_recovery_direct_alpha: float
+    bayes_optimal_alpha: float
+    kappa0: float
+    tokens: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def thresholds(problem: Problem, d: int | None = None) -> Thresholds:
+    """Thresholds for a problem (the interpolation threshold uses its noise, model and spectrum)."""
+    measure = problem.task.target.measure(d)
+    kappa0 = rank_fraction(measure)
+    if problem.task.noise_out > 0 and problem.task.task == "seq2lab":
+        inter = 0.0  # output noise leaves the simplex: labels cannot be fitted exactly
+    else:
+        inter = interpolation_threshold(measure, problem.task.noise, problem.student.model)
+    pr_f = perfect_recovery_factorized(kappa0)
+    pr_d = perfect_recovery_direct()
+    bo = bayes_optimal(kappa0)
+    t = problem.task.tokens
+    return Thresholds(
+        interpolation=inter,
+        perfect_recovery_factorized=pr_f,
+        perfect_recovery_direct=pr_d,
+        bayes_optimal=bo,
+        interpolation_alpha=alpha_from_bar(inter, t),
+        perfect_recovery_factorized_alpha=alpha_from_bar(pr_f, t),
+        perfect_recovery_direct_alpha=alpha_from_bar(pr_d, t),
+        bayes_optimal_alpha=alpha_from_bar(bo, t),
+        kappa0=kappa0,
+        tokens=t,
+    )
