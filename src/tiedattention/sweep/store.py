@@ -74,6 +74,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _typeable(value: Any) -> Any:
+    """The value if Arrow can type it, else its JSON text (mixed lists, objects): kept, never dropped."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    try:
+        pa.array([value])
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return json.dumps(value, default=str)
+    return value
+
+
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -130,17 +141,9 @@ class Store:
         """Write one cell atomically. ``record`` must hold ``params_json`` and ``version`` consistent with
         ``key`` (as :func:`tiedattention.sweep.executors.run_cell` produces)."""
         final = self.path_for(key)
-        row = {k: _plain(v) for k, v in record.items()}
+        row = {k: _typeable(_plain(v)) for k, v in record.items()}
         row["key"] = key
-        try:
-            table = pa.Table.from_pylist([row])
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
-            # values pyarrow cannot type (mixed lists, objects) are kept as JSON text
-            row = {
-                k: v if v is None or isinstance(v, (bool, int, float, str)) else json.dumps(v, default=str)
-                for k, v in row.items()
-            }
-            table = pa.Table.from_pylist([row])
+        table = pa.Table.from_pylist([row])
         self.cells_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.cells_dir / f".tmp-{key[:16]}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
         try:
