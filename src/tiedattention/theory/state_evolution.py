@@ -33,62 +33,13 @@ from typing import Any
 import numpy as np
 from scipy import optimize
 
-from ..errors import ConvergenceWarning, ParameterError
+from ..errors import ConvergenceWarning
 from ..problem import Problem, alpha_bar, validate_alpha
 from .channel import ChannelParams, SoftmaxChannel
+from .denoisers import matrix_update
 from .spectral import FreeConvolution
 
-__all__ = ["SEResult", "StateEvolution", "matrix_update", "MatrixSide", "solve", "learning_curve"]
-
-# the ridge penalty lambda d ||S||_F^2 enters the denoiser as 2 * lambda (1/d) Tr S^2 -> 4 lambda S
-RIDGE_FACTOR = 4.0
-
-
-@dataclass(frozen=True)
-class MatrixSide:
-    """Output of the matrix (prior) side: order parameters and what the observables need."""
-
-    q: float
-    m: float
-    sigma: float
-    delta: float
-    eps: float
-    rank: float  # fraction of non-zero eigenvalues of S_hat
-    trace: float  # (1/d) Tr S_hat
-    spectral_error: float
-
-
-def matrix_update(
-    problem: Problem, measure, q_hat: float, m_hat: float, sigma_hat: float
-) -> MatrixSide:
-    """(q_hat, m_hat, sigma_hat) -> (q, m, Sigma) for the student's denoiser.
-
-    factorised (kappa >= 1):  S_hat = (m_hat/sigma_hat) (S0 + delta Z - eps)_+,  delta = sqrt(q_hat)/m_hat,
-                              eps = 2 lambda/m_hat;
-    direct (ridge):           S_hat = (m_hat S0 + sqrt(q_hat) Z)/(sigma_hat + 4 lambda).
-    """
-    lam = problem.student.lam
-    q0 = measure.q0
-    if not (q_hat > 0 and m_hat > 0 and sigma_hat > 0):
-        raise FloatingPointError(
-            f"conjugates left the admissible region (q_hat={q_hat:g}, m_hat={m_hat:g}, sigma_hat={sigma_hat:g})"
-        )
-    delta = math.sqrt(q_hat) / m_hat
-    if problem.student.model == "direct":
-        den = sigma_hat + RIDGE_FACTOR * lam
-        q = (m_hat**2 * q0 + q_hat) / den**2
-        m = m_hat * q0 / den
-        return MatrixSide(q, m, 1.0 / den, delta, 0.0, 1.0, m_hat * measure.moment(1) / den, 0.0)
-    if problem.student.kappa < 1:
-        raise ParameterError("kappa", "narrow students (kappa < 1) are not in the state evolution yet")
-    eps = 2.0 * lam / m_hat
-    si = FreeConvolution(measure, delta).integrals(eps)
-    scale = m_hat / sigma_hat
-    q = scale**2 * si.I
-    m = scale * (si.I - 0.5 * delta * si.dI_ddelta - 0.5 * eps * si.dI_deps)
-    sigma = si.dI_ddelta / (2.0 * delta * sigma_hat)
-    return MatrixSide(q, m, sigma, delta, eps, si.rank, -0.5 * scale * si.dI_deps, si.error)
-
+__all__ = ["SEResult", "StateEvolution", "solve", "learning_curve"]
 
 @dataclass
 class SEResult:
@@ -151,6 +102,7 @@ class StateEvolution:
         max_iter: int = 400,
         damping: float = 0.7,
         anderson: int = 5,
+        max_step: float = 1.0,
         channel_options: dict | None = None,
     ):
         self.problem = problem
@@ -160,6 +112,7 @@ class StateEvolution:
         self.max_iter = max_iter
         self.damping = damping
         self.anderson = anderson
+        self.max_step = max_step
         task = problem.task
         # seq2seq: (1/d)||(A - A_hat) X||^2 -> ||A - A_hat||^2, output noise only adds T*Delta_out
         noise_out = task.noise_out if task.task == "seq2lab" else 0.0
@@ -184,14 +137,18 @@ class StateEvolution:
         ms = matrix_update(self.problem, self.measure, ch.q_hat, ch.m_hat, ch.sigma_hat)
         return np.array([ms.q, ms.m, ms.sigma]), ch, ms
 
-    def _project(self, x: np.ndarray) -> np.ndarray:
-        """Keep iterates admissible: q >= 0, Sigma > 0, m^2 <= q (Q0 + Delta/2)."""
-        q = max(x[0], 1e-14)
+    # the iteration runs in unconstrained coordinates y = (log q, atanh(m / sqrt(q Qz)), log Sigma), in
+    # which every iterate is admissible (q > 0, |m| < sqrt(q Qz), Sigma > 0) and residuals are relative.
+    def _to_y(self, x: np.ndarray) -> np.ndarray:
+        q, m, sigma = x
         qz = self.q0 + self.problem.task.noise / 2
-        mmax = math.sqrt(q * qz) * (1 - 1e-12)
-        m = min(max(x[1], -mmax), mmax)
-        sigma = max(x[2], 1e-14)
-        return np.array([q, m, sigma])
+        rho = np.clip(m / math.sqrt(q * qz), -1 + 1e-15, 1 - 1e-15)
+        return np.array([math.log(q), math.atanh(rho), math.log(sigma)])
+
+    def _to_x(self, y: np.ndarray) -> np.ndarray:
+        qz = self.q0 + self.problem.task.noise / 2
+        q = math.exp(y[0])
+        return np.array([q, math.tanh(y[1]) * math.sqrt(q * qz), math.exp(y[2])])
 
     def initial_guess(self) -> np.ndarray:
         return np.array([0.5 * self.q0, 0.4 * self.q0, 1.0])
@@ -214,61 +171,98 @@ class StateEvolution:
             )
         return res
 
+    def _g(self, alpha: float, y: np.ndarray):
+        """Fixed-point map in y coordinates; None where it cannot be evaluated (Shat = 0 exactly, ...)."""
+        x = self._to_x(y)
+        fx, ch, ms = self._map(alpha, x)
+        if not (fx[0] > 0 and fx[2] > 0 and np.all(np.isfinite(fx))):
+            raise FloatingPointError(f"matrix side returned q={fx[0]:g}, sigma={fx[2]:g}")
+        return self._to_y(fx), ch, ms
+
+    def _zero_phase(self, alpha: float) -> SEResult | None:
+        """If S_hat = 0 is a fixed point (strong penalty, few samples), return it; else None.
+
+        At x = 0 the prox is the identity (Sigma = 0), and S_hat = 0 is self-consistent iff the
+        threshold eps = 2 lambda/m_hat lies above the top edge of rho_delta.
+        """
+        if self.problem.student.lam == 0 or self.problem.student.model == "direct":
+            return None
+        x = np.zeros(3)
+        fx, ch, ms = self._map(alpha, x)
+        if fx[0] != 0.0:
+            return None
+        return self._observables(alpha, x, ch, ms, True, 1, 0.0, "", phase="zero")
+
     def _solve_regular(self, alpha: float, init) -> SEResult:
+        zero = self._zero_phase(alpha)
+        if zero is not None:
+            return zero
         if isinstance(init, SEResult):
             init = init.x if init.phase == "regular" and init.converged else None
-        x = self._project(np.asarray(init, float) if init is not None else self.initial_guess())
-        hist_x: list[np.ndarray] = []
+        x0 = np.asarray(init, float) if init is not None else self.initial_guess()
+        y = self._to_y(x0)
+        hist_y: list[np.ndarray] = []
         hist_f: list[np.ndarray] = []
-        best = (np.inf, x)
         message = ""
         converged = False
-        it = 0
         resid = np.inf
-        ch = ms = None
-        for it in range(1, self.max_iter + 1):  # noqa: B007 - the count is reported
+        best_resid = np.inf
+        last_good: tuple[np.ndarray, np.ndarray] | None = None  # (y, f) of the last evaluable point
+        eta = self.damping
+        it = 0
+        while it < self.max_iter:
+            it += 1
             try:
-                fx, ch, ms = self._map(alpha, x)
+                gy, ch, ms = self._g(alpha, y)
             except FloatingPointError as exc:
                 message = str(exc)
-                break
-            f = fx - x
-            scale = np.maximum(np.abs(x), 1e-3)
-            resid = float(np.max(np.abs(f) / scale))
+                if last_good is None:
+                    break
+                # step back towards the last good point with a smaller damped step, forget the history
+                hist_y.clear()
+                hist_f.clear()
+                eta *= 0.5
+                y = last_good[0] + eta * last_good[1]
+                continue
+            f = gy - y
+            resid = float(np.max(np.abs(f)))
             if not np.isfinite(resid):
                 message = "non-finite residual"
                 break
             if resid <= self.tol:
                 converged = True
-                x = fx
+                y = gy
+                message = ""
                 break
-            if resid < best[0]:
-                best = (resid, x)
-            elif resid > 10 * best[0]:  # Anderson went astray: restart from the best point
-                hist_x.clear()
+            last_good = (y.copy(), f.copy())
+            if resid > 10 * best_resid:  # acceleration went astray: restart the history
+                hist_y.clear()
                 hist_f.clear()
-            hist_x.append(x.copy())
+            best_resid = min(best_resid, resid)
+            hist_y.append(y.copy())
             hist_f.append(f.copy())
-            if len(hist_x) > self.anderson + 1:
-                hist_x.pop(0)
+            if len(hist_y) > self.anderson + 1:
+                hist_y.pop(0)
                 hist_f.pop(0)
-            eta = self.damping
-            x_new = x + eta * f
-            if len(hist_x) >= 2:
-                dX = np.diff(np.array(hist_x), axis=0).T
+            y_new = y + eta * f
+            if len(hist_y) >= 2:
+                dY = np.diff(np.array(hist_y), axis=0).T
                 dF = np.diff(np.array(hist_f), axis=0).T
                 gamma, *_ = np.linalg.lstsq(dF, f, rcond=None)
-                x_new = x_new - (dX + eta * dF) @ gamma
-            x = self._project(x_new)
+                y_new = y_new - (dY + eta * dF) @ gamma
+            step = float(np.max(np.abs(y_new - y)))
+            if step > self.max_step:  # trust region in log coordinates: at most a factor e^max_step
+                y_new = y + (y_new - y) * (self.max_step / step)
+            y = y_new
         else:
             message = f"no convergence in {self.max_iter} iterations"
-        if ch is None or ms is None:
+        if last_good is None and not converged:
             return self._failed(alpha, it, resid, message or "map could not be evaluated")
-        # observables at the final point (recompute consistently at x)
-        fx, ch, ms = self._map(alpha, x)
+        x = self._to_x(y)
+        fx, ch, ms = self._map(alpha, x)  # observables consistently at the final point
         return self._observables(alpha, x, ch, ms, converged, it, resid, message)
 
-    def _observables(self, alpha, x, ch, ms, converged, it, resid, message) -> SEResult:
+    def _observables(self, alpha, x, ch, ms, converged, it, resid, message, phase="regular") -> SEResult:
         q, m, sigma = x
         te, te_err = self.channel.test_error(q, m, clean=False)
         tc, tc_err = self.channel.test_error(q, m, clean=True)
@@ -296,6 +290,7 @@ class StateEvolution:
             iterations=it,
             residual=resid,
             seconds=0.0,
+            phase=phase,
             message=message,
             errors={
                 "test_error": te_err,
