@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tiedattention.errors import ParameterError
 from tiedattention.sweep import Store, parse_spec, run_sweep
 from tiedattention.sweep.routes import _unit_hash
 from tiedattention.sweep.spec import canonical_json
@@ -115,14 +116,20 @@ def test_crashed_worker_is_replaced_and_cells_retried(tmp_path, monkeypatch):
     assert bad not in store.done_keys()
 
 
-def test_route_exception_is_a_failed_cell_not_a_stored_one(tmp_path):
-    spec = parse_spec({"grid": {"alpha": [0.1, 0.2]}, "run": {"routes": ["sleep"], "sleep": 0}})
-    # a payload whose route raises on the worker (sleep=-1: time.sleep raises ValueError)
-    bad = spec.cells[1]
-    bad.params["sleep"] = -1.0
+def raising_route(params):
+    """Raises the project's ParameterError, whose custom __init__ does not unpickle by itself."""
+    if params["alpha"] == 0.2:
+        raise ParameterError("sigma", "must be finite and > 0 (got 0.0)")
+    return {"value": params["alpha"]}
+
+
+def test_route_exception_is_a_failed_cell_not_a_crashed_worker(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    spec = parse_spec({"grid": {"alpha": [0.1, 0.2, 0.3]}, "run": {"routes": [f"{__name__}:raising_route"]}})
     summary = run_sweep(spec, tmp_path / "s", max_workers=1, progress=False)
-    assert summary.computed == 1 and list(summary.failures) == [bad.key]
-    assert "ValueError" in summary.failures[bad.key]
+    assert summary.computed == 2 and list(summary.failures) == [spec.keys[1]]
+    assert summary.failures[spec.keys[1]] == "ParameterError: sigma: must be finite and > 0 (got 0.0)"
+    assert spec.keys[1] not in summary.store.done_keys()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ import pandas as pd
 
 from .. import __version__
 from ..errors import ParameterError
-from .routes import check_route, run_cell
+from .routes import CellError, check_route, run_cell
 from .spec import Cell, SweepSpec, load_spec
 from .store import Store, StoreProblem
 
@@ -163,6 +163,8 @@ def _run_local(
                             on_failure(cell, f"a worker process died {deaths[cell.key]} times running it")
                         else:
                             pending.appendleft(cell)
+                    except CellError as exc:
+                        on_failure(cell, str(exc))
                     except Exception as exc:
                         on_failure(cell, f"{type(exc).__name__}: {exc}")
                     else:
@@ -206,6 +208,8 @@ def _run_dask(
             cell = futures.pop(fut)
             try:
                 record = fut.result()
+            except CellError as exc:
+                on_failure(cell, str(exc))
             except Exception as exc:  # includes KilledWorker: the task took down workers repeatedly
                 on_failure(cell, f"{type(exc).__name__}: {exc}")
             else:

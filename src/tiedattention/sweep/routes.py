@@ -29,10 +29,15 @@ from ..errors import ParameterError
 from .spec import BUILTIN_ROUTES, PROBLEM_OPTIONS, canonical_json, problem_from_params
 
 __all__ = [
-    "route_theory", "route_simulate", "route_sleep", "get_route", "check_route", "run_cell", "resolve_device",
+    "CellError", "route_theory", "route_simulate", "route_sleep", "get_route", "check_route", "run_cell",
+    "resolve_device",
 ]
 
 RouteFn = Callable[..., Mapping[str, Any]]
+
+
+class CellError(RuntimeError):
+    """A route raised while computing a cell; the message names the original exception type."""
 
 
 def resolve_device(device: str | None) -> str:
@@ -139,10 +144,12 @@ def run_cell(payload: Mapping[str, Any]) -> dict[str, Any]:
     fn = get_route(route)
     started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     t0 = time.perf_counter()
-    if route in _BUILTIN:
-        result = fn(params, device=payload.get("device"))
-    else:
-        result = fn(params)
+    try:
+        result = fn(params, device=payload.get("device")) if route in _BUILTIN else fn(params)
+    except Exception as exc:
+        # re-raised as a plain exception: the route's own may not pickle back to the driver (an exception
+        # class with a custom __init__), which would read as a crashed worker instead of a failed cell
+        raise CellError(f"{type(exc).__name__}: {exc}") from None
     seconds = time.perf_counter() - t0
     if not isinstance(result, Mapping):
         raise TypeError(f"route {route!r} returned {type(result).__name__}, expected a dict")
