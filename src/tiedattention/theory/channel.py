@@ -1,0 +1,907 @@
+"""Output (channel) side of the state evolution: the softmax square-loss channel (THEORY.md section 3).
+
+Per sequence there are K = T(T+1)/2 logits (upper triangle with diagonal, order ``np.triu_indices(T)``).
+``D(v)`` is the symmetric T x T matrix with ``v`` off the diagonal and ``sqrt(2) v`` on it. The loss is
+
+    l(h; y) = || y - softmax_row(beta D(h)) ||_F^2 .
+
+Reductions used throughout (docs/theory/channel.md derives them):
+
+* D(e) is the all-ones matrix for e = (1/sqrt2 on diagonal entries, 1 off the diagonal), and row softmax
+  ignores a constant added to a row, so l(h + t e) = l(h). The prox never moves along e, g has no e
+  component, and everything lives on the (K-1)-dimensional complement, in an orthonormal basis B of e-perp.
+  The reduced coordinates c = B^T h carry the reduced design ``R = P B`` (T^2 x (K-1)) with vec D(h) = P h.
+* The integral over (zeta, z) (and label noise, if any) is over i.i.d. standard normals: a = sqrt(Qz) x,
+  b = (m/Qz) a + sqrt(q - m^2/Qz) eta, with Qz = Q0 + Delta/2.
+* Output noise sqrt(Delta_out) N only enters the prox through its row-centred part (T(T-1) numbers); the
+  row-mean part adds the constant T Delta_out to the loss.
+
+Public API: :class:`ChannelParams`, :class:`ChannelMoments`, :class:`SoftmaxChannel`, :func:`softmax_loss`,
+:func:`prox_softmax` (:class:`ProxResult`), :func:`reduced_basis`, :func:`logit_design`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
+
+import numpy as np
+from scipy.special import expit, ndtri
+
+from ..errors import ConvergenceWarning, ParameterError
+
+__all__ = [
+    "ChannelParams",
+    "ChannelMoments",
+    "SoftmaxChannel",
+    "ProxResult",
+    "softmax_loss",
+    "prox_softmax",
+    "reduced_basis",
+    "logit_design",
+    "invariant_direction",
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Geometry: the logit map D, the invariant direction e, the reduced basis B
+# --------------------------------------------------------------------------------------------------
+@cache
+def logit_design(tokens: int) -> np.ndarray:
+    """P, shape (T*T, K): vec(D(v)) = P v (row-major vec), v in np.triu_indices(T) order."""
+    T = int(tokens)
+    iu, ju = np.triu_indices(T)
+    P = np.zeros((T * T, iu.size))
+    for k, (i, j) in enumerate(zip(iu, ju, strict=True)):
+        if i == j:
+            P[i * T + i, k] = math.sqrt(2.0)
+        else:
+            P[i * T + j, k] = 1.0
+            P[j * T + i, k] = 1.0
+    P.setflags(write=False)
+    return P
+
+
+@cache
+def invariant_direction(tokens: int) -> np.ndarray:
+    """Unit vector e (K,) with D(e) proportional to the all-ones matrix: l(h + t e) = l(h)."""
+    T = int(tokens)
+    iu, ju = np.triu_indices(T)
+    e = np.where(iu == ju, 1.0 / math.sqrt(2.0), 1.0)
+    e = e / np.linalg.norm(e)
+    e.setflags(write=False)
+    return e
+
+
+@cache
+def reduced_basis(tokens: int) -> np.ndarray:
+    """Orthonormal basis B (K, K-1) of the complement of e (Householder reflection; deterministic)."""
+    e = invariant_direction(tokens)
+    K = e.size
+    v = e.copy()
+    v[0] -= 1.0  # reflection H with H e_1 = e; its columns 2..K span e-perp
+    H = np.eye(K) - 2.0 * np.outer(v, v) / (v @ v)
+    B = np.ascontiguousarray(H[:, 1:])
+    B.setflags(write=False)
+    return B
+
+
+@cache
+def _reduced_design(tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    """R = P B reshaped (T, T, K-1) and RR[(r,a), i*n+j] = R[r,a,i] R[r,a,j] for Hessian assembly."""
+    T = int(tokens)
+    R = logit_design(T) @ reduced_basis(T)
+    n = R.shape[1]
+    RR = (R[:, :, None] * R[:, None, :]).reshape(T * T, n * n)
+    R3 = R.reshape(T, T, n)
+    R3.setflags(write=False)
+    RR.setflags(write=False)
+    return R3, RR
+
+
+@cache
+def _row_noise_basis(tokens: int) -> np.ndarray:
+    """Orthonormal basis (T, T-1) of the zero-sum vectors of one row (for the output noise)."""
+    T = int(tokens)
+    ones = np.full(T, 1.0 / math.sqrt(T))
+    v = ones.copy()
+    v[0] -= 1.0
+    H = np.eye(T) - 2.0 * np.outer(v, v) / (v @ v)
+    out = np.ascontiguousarray(H[:, 1:])
+    out.setflags(write=False)
+    return out
+
+
+def _softmax_rows(u: np.ndarray) -> np.ndarray:
+    u = u - u.max(axis=-1, keepdims=True)
+    np.exp(u, out=u)
+    u /= u.sum(axis=-1, keepdims=True)
+    return u
+
+
+# --------------------------------------------------------------------------------------------------
+# Loss, gradient, Hessian
+# --------------------------------------------------------------------------------------------------
+def _loss_parts(u: np.ndarray, y: np.ndarray):
+    """From pre-softmax logits u (N,T,T) (already times beta) and labels y: s, w = s*(e - <e,s>), loss."""
+    s = _softmax_rows(u.copy())
+    e = s - y
+    ebar = np.sum(e * s, axis=2)
+    w = s * (e - ebar[..., None])
+    loss = np.sum((e * e).reshape(e.shape[0], -1), axis=1)
+    return s, w, loss
+
+
+def _rowmat(x: np.ndarray, R3: np.ndarray) -> np.ndarray:
+    """(N,T,T) x (T,T,n) -> (N,T,n): out[:, r] = x[:, r] @ R3[r] (one BLAS product per row)."""
+    return np.stack([x[:, r] @ R3[r] for r in range(R3.shape[0])], axis=1)
+
+
+def _reduced_grad_hess(s, w, R3, RR, beta, need_hess=True):
+    """Gradient (N,n) and Hessian (N,n,n) of l in reduced coordinates from the row quantities s, w.
+
+    Per row r (u = beta R c): dl/du_r = 2 J_r (s_r - y_r) = 2 w_r, d2l/du_r2 = 2 J_r J_r + 2 (diag w_r - w_r s_r^T
+    - s_r w_r^T), with J_r = diag s_r - s_r s_r^T and w_r = s_r * (e_r - <e_r, s_r>), e_r = s_r - y_r.
+    """
+    N, T, _ = s.shape
+    n = R3.shape[2]
+    R2 = R3.reshape(T * T, n)
+    grad = (2.0 * beta) * (w.reshape(N, T * T) @ R2)
+    if not need_hess:
+        return grad, None, None
+    Rs = _rowmat(s, R3)  # (N,T,n): R_r^T s_r
+    Rw = _rowmat(w, R3)
+    JR = s[..., None] * (R3[None] - Rs[:, :, None, :])  # (N,T,T,n): J_r R_r
+    JRf = JR.reshape(N, T * T, n)
+    gn = np.matmul(JRf.transpose(0, 2, 1), JRf)
+    RdR = (w.reshape(N, T * T) @ RR).reshape(N, n, n)
+    cross = np.matmul(Rw.transpose(0, 2, 1), Rs)
+    H = (2.0 * beta**2) * (gn + RdR - cross - cross.transpose(0, 2, 1))
+    return grad, H, JR
+
+
+class _GeneralKernel:
+    """Softmax square loss in reduced coordinates for any T; labels are the (N,T,T) matrices y."""
+
+    def __init__(self, tokens: int, beta: float):
+        self.T = int(tokens)
+        self.beta = float(beta)
+        self.R3, self.RR = _reduced_design(self.T)
+        self.n = self.R3.shape[2]
+        self.R2 = self.R3.reshape(self.T * self.T, self.n)
+
+    def labels(self, y: np.ndarray) -> np.ndarray:
+        return y
+
+    def negative_curvature_bound(self, lab: np.ndarray) -> np.ndarray:
+        """(N,) bound L with lambda_min(H(c)) >= -L for all c: the residual part of each row's Hessian has
+        norm <= 6 range(e_r) <= 6 (1 + range y_r), and |R|^2 <= |P|^2 = 2, so L = 12 beta^2 max_r(1 + range y_r)."""
+        yr = 1.0 + (lab.max(axis=2) - lab.min(axis=2)).max(axis=1)
+        return 12.0 * self.beta**2 * yr
+
+    def _u(self, c):
+        return (self.beta * (c @ self.R2.T)).reshape(-1, self.T, self.T)
+
+    def loss(self, c, lab):
+        return _loss_parts(self._u(c), lab)[2]
+
+    def derivs(self, c, lab):
+        s, w, loss = _loss_parts(self._u(c), lab)
+        g, H, _ = _reduced_grad_hess(s, w, self.R3, self.RR, self.beta)
+        return loss, g, H
+
+    def cross(self, c, a, beta0):
+        """C (N,n,n) = sum_r (J_r R_r)^T (J0_r R_r): d(grad l)/da = -2 beta beta0 C (label y0 = softmax(beta0 R a))."""
+        N, T, n = c.shape[0], self.T, self.n
+        s = _softmax_rows(self._u(c))
+        y0 = _softmax_rows((beta0 * (a @ self.R2.T)).reshape(N, T, T))
+        JR = s[..., None] * (self.R3[None] - _rowmat(s, self.R3)[:, :, None, :])
+        J0R = y0[..., None] * (self.R3[None] - _rowmat(y0, self.R3)[:, :, None, :])
+        return np.matmul(JR.reshape(N, T * T, n).transpose(0, 2, 1), J0R.reshape(N, T * T, n))
+
+
+class _TwoTokenKernel:
+    """T = 2 closed form. Row r's softmax is (1 - p_r, p_r), p_r = sigmoid(v_r), v = beta K c (K: 2 x 2).
+
+    ||y_r - s_r||^2 = 2 (p_r - t_r)^2 + 2 delta_r^2 with t_r = (y_r2 - y_r1 + 1)/2, delta_r = (y_r1 + y_r2 - 1)/2,
+    so labels are (t_1, t_2, const = 2 sum_r delta_r^2).
+    """
+
+    def __init__(self, beta: float):
+        self.T, self.n = 2, 2
+        self.beta = float(beta)
+        R3, _ = _reduced_design(2)
+        self.Kmat = np.ascontiguousarray(R3[:, 1, :] - R3[:, 0, :])  # (2 rows, 2 coords)
+        k = self.Kmat
+        # outer products k_r k_r^T flattened (rows r) -> entries (00, 01, 11)
+        self.kk = np.stack([k[:, 0] * k[:, 0], k[:, 0] * k[:, 1], k[:, 1] * k[:, 1]], axis=1)  # (2, 3)
+        self._kk_norm = float(np.linalg.eigvalsh(k.T @ k).max())
+
+    def labels(self, y: np.ndarray) -> np.ndarray:
+        t = 0.5 * (y[:, :, 1] - y[:, :, 0] + 1.0)
+        delta = 0.5 * (y[:, :, 0] + y[:, :, 1] - 1.0)
+        return np.concatenate([t, 2.0 * np.sum(delta * delta, axis=1, keepdims=True)], axis=1)
+
+    def negative_curvature_bound(self, lab: np.ndarray) -> np.ndarray:
+        """(N,) bound L with lambda_min(H(c)) >= -L for all c. l_r'' = 4pq(pq + (p - t)(1 - 2p)) >=
+        -4 max_p[pq|1-2p|] max(|t|, |1-t|) = -(2/(3 sqrt 3)) max(|t|,|1-t|); H = beta^2 sum_r l_r'' k_r k_r^T."""
+        t = lab[:, :2]
+        worst = np.maximum(np.abs(t), np.abs(1.0 - t)).max(axis=1)
+        return (2.0 / (3.0 * math.sqrt(3.0))) * 1.0000001 * worst * self.beta**2 * self._kk_norm
+
+    def _p(self, c):
+        return expit(self.beta * (c @ self.Kmat.T))
+
+    def loss(self, c, lab):
+        d = self._p(c) - lab[:, :2]
+        return 2.0 * (d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1]) + lab[:, 2]
+
+    def _hess_from(self, coef):
+        h = coef @ self.kk  # (N,3)
+        H = np.empty((coef.shape[0], 2, 2))
+        H[:, 0, 0], H[:, 0, 1], H[:, 1, 0], H[:, 1, 1] = h[:, 0], h[:, 1], h[:, 1], h[:, 2]
+        return H
+
+    def derivs(self, c, lab):
+        p = self._p(c)
+        d = p - lab[:, :2]
+        pq = p * (1.0 - p)
+        loss = 2.0 * (d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1]) + lab[:, 2]
+        l1 = 4.0 * d * pq
+        l2 = 4.0 * pq * (pq + d * (1.0 - 2.0 * p))
+        grad = self.beta * (l1 @ self.Kmat)
+        return loss, grad, self._hess_from(self.beta**2 * l2)
+
+    def cross(self, c, a, beta0):
+        p = self._p(c)
+        t0 = expit(beta0 * (a @ self.Kmat.T))
+        return self._hess_from(2.0 * p * (1.0 - p) * t0 * (1.0 - t0))
+
+
+def _kernel(tokens: int, beta: float):
+    return _TwoTokenKernel(beta) if int(tokens) == 2 else _GeneralKernel(tokens, beta)
+
+
+def softmax_loss(h, y, beta: float, tokens: int):
+    """Softmax square loss l(h; y) = ||y - softmax_row(beta D(h))||_F^2, batched, in full coordinates.
+
+    Parameters
+    ----------
+    h : (N, K) logits, K = T(T+1)/2, ``np.triu_indices(T)`` order.
+    y : (N, T, T) labels (any real matrices).
+
+    Returns
+    -------
+    loss (N,), grad (N, K), hess (N, K, K).
+    """
+    T = int(tokens)
+    h = np.atleast_2d(np.asarray(h, dtype=float))
+    y = np.asarray(y, dtype=float).reshape(-1, T, T)
+    P = logit_design(T)
+    N, K = h.shape
+    u = (beta * (h @ P.T)).reshape(N, T, T)
+    s, w, loss = _loss_parts(u, y)
+    P3 = P.reshape(T, T, K)
+    RR = (P[:, :, None] * P[:, None, :]).reshape(T * T, K * K)
+    grad, H, _ = _reduced_grad_hess(s, w, P3, RR, beta)
+    return loss, grad, H
+
+
+# --------------------------------------------------------------------------------------------------
+# Prox: damped Newton in reduced coordinates
+# --------------------------------------------------------------------------------------------------
+def _sym_eig(A: np.ndarray):
+    """Eigen-decomposition of a batch of symmetric matrices; closed form for 1x1 and 2x2."""
+    n = A.shape[-1]
+    if n == 1:
+        return A[:, :, 0].copy(), np.ones_like(A)
+    if n == 2:
+        a, b, d = A[:, 0, 0], A[:, 0, 1], A[:, 1, 1]
+        half_tr = 0.5 * (a + d)
+        rad = np.hypot(0.5 * (a - d), b)
+        lam = np.stack([half_tr - rad, half_tr + rad], axis=1)
+        # rotation angle: tan(2 phi) = 2b / (a - d)
+        phi = 0.5 * np.arctan2(2.0 * b, a - d)
+        c, s = np.cos(phi), np.sin(phi)
+        # columns: eigenvector of the larger eigenvalue is (c, s)
+        V = np.empty_like(A)
+        V[:, 0, 0], V[:, 1, 0] = -s, c
+        V[:, 0, 1], V[:, 1, 1] = c, s
+        return lam, V
+    return np.linalg.eigh(A)
+
+
+def _solve_sym(A: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """Batched solve A X = rhs for (N,n,n) symmetric A, rhs (N,n,m); closed form for n <= 2."""
+    n = A.shape[-1]
+    if n == 1:
+        return rhs / A
+    if n == 2:
+        a, b, d = A[:, 0, 0], A[:, 0, 1], A[:, 1, 1]
+        det = a * d - b * b
+        x0 = (d[:, None] * rhs[:, 0] - b[:, None] * rhs[:, 1]) / det[:, None]
+        x1 = (a[:, None] * rhs[:, 1] - b[:, None] * rhs[:, 0]) / det[:, None]
+        return np.stack([x0, x1], axis=1)
+    return np.linalg.solve(A, rhs)
+
+
+def _modified_newton_step(A: np.ndarray, gf: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """d = -|A|^-1 gf with eigenvalues of A replaced by max(|lam|, floor); plain solve where A is PD."""
+    n = A.shape[-1]
+    if n == 2:
+        a, b, c = A[:, 0, 0], A[:, 0, 1], A[:, 1, 1]
+        det = a * c - b * b
+        pd = (a > floor) & (c > floor) & (det > floor * np.maximum(a, c))
+        d = np.empty_like(gf)
+        d[:, 0] = -(c * gf[:, 0] - b * gf[:, 1]) / np.where(pd, det, 1.0)
+        d[:, 1] = -(a * gf[:, 1] - b * gf[:, 0]) / np.where(pd, det, 1.0)
+        if pd.all():
+            return d
+        bad = ~pd
+    else:
+        try:
+            np.linalg.cholesky(A)
+            return -np.linalg.solve(A, gf[..., None])[..., 0]
+        except np.linalg.LinAlgError:
+            bad = np.ones(A.shape[0], dtype=bool)
+            d = np.empty_like(gf)
+    lam, V = _sym_eig(A[bad])
+    lam_mod = np.maximum(np.abs(lam), floor[bad, None])
+    d[bad] = -np.einsum("nij,nj->ni", V, np.einsum("nji,nj->ni", V, gf[bad]) / lam_mod)
+    return d
+
+
+@dataclass
+class _ReducedProx:
+    c: np.ndarray  # (N,n) minimiser in reduced coordinates
+    f: np.ndarray  # (N,) prox objective at c
+    loss: np.ndarray  # (N,)
+    grad: np.ndarray  # (N,n) gradient of l at c
+    hess: np.ndarray  # (N,n,n) Hessian of l at c
+    residual: np.ndarray  # (N,) scaled gradient norm of the prox objective
+    iterations: int
+    start_index: np.ndarray  # (N,) which start won
+
+
+def _rowdot(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Row-wise dot product of (N,n) arrays (explicit for n = 2: reductions over tiny axes are slow)."""
+    if u.shape[1] == 2:
+        return u[:, 0] * v[:, 0] + u[:, 1] * v[:, 1]
+    return np.einsum("ni,ni->n", u, v)
+
+
+def _scaled_residual(dc, gl, sig):
+    """|c - b + sigma grad l| / (1 + |c - b| + sigma |grad l|): dimensionless stationarity residual."""
+    gf = dc / sig[:, None] + gl
+    nrm = lambda v: np.sqrt(_rowdot(v, v))  # noqa: E731
+    return nrm(gf) * sig / (1.0 + nrm(dc) + sig * nrm(gl)), gf
+
+
+def _newton_reduced(kern, b, lab, sig, c0, tol, max_iter):
+    """Minimise f(c) = |c-b|^2/(2 sigma) + l(c) from c0 by modified Newton + Armijo backtracking.
+
+    Modified Newton: the eigenvalues lam of the prox Hessian A = I/sigma + H are replaced by
+    max(|lam|, 1e-8/sigma) (absolute-value / saddle-free modification), so the step is a descent
+    direction even where f is nonconvex; Armijo backtracking guarantees decrease. Points whose residual
+    is <= tol are frozen (removed from the active set). Returns c and the number of iterations.
+    """
+    N, n = b.shape
+    c = c0.copy()
+    active = np.arange(N)
+    it_done = 0
+    eye = np.eye(n)[None]
+
+    def fval(cc, bb, ll, ss):
+        dc = cc - bb
+        return _rowdot(dc, dc) / (2.0 * ss) + kern.loss(cc, ll)
+
+    for it in range(max_iter + 1):
+        if active.size == 0:
+            break
+        cc, bb, ll, ss = c[active], b[active], lab[active], sig[active]
+        loss, gl, Hl = kern.derivs(cc, ll)
+        dc = cc - bb
+        res, gf = _scaled_residual(dc, gl, ss)
+        keep = res > tol
+        if it == max_iter or not keep.any():
+            break
+        it_done = it + 1
+        idx = active[keep]
+        cc, bb, ll, ss, gf, Hl = cc[keep], bb[keep], ll[keep], ss[keep], gf[keep], Hl[keep]
+        dk = dc[keep]
+        f0 = _rowdot(dk, dk) / (2.0 * ss) + loss[keep]
+        d = _modified_newton_step(Hl + eye / ss[:, None, None], gf, 1e-8 / ss)
+        slope = _rowdot(gf, d)  # < 0
+        t = np.ones(idx.size)
+        # in the quadratic regime the decrease is below round-off: take the full step
+        pending = -slope > 1e-13 * (1.0 + np.abs(f0))
+        cnew = cc + d
+        for _ in range(60):
+            if not pending.any():
+                break
+            p = np.flatnonzero(pending)
+            ctry = cc[p] + t[p, None] * d[p]
+            ok = fval(ctry, bb[p], ll[p], ss[p]) <= f0[p] + 1e-4 * t[p] * slope[p]
+            cnew[p[ok]] = ctry[ok]
+            pending[p[ok]] = False
+            t[p[~ok]] *= 0.5
+        stuck = pending  # no acceptable step: stay (the final residual flags it)
+        cnew[stuck] = cc[stuck]
+        c[idx] = cnew
+        active = idx[~stuck]
+    return c, it_done
+
+
+def _prox_reduced(kern, b, lab, sig, starts, tol, max_iter) -> _ReducedProx:
+    """Run Newton from each start, keep the lowest prox objective per point (the global minimiser)."""
+    best = None
+    total_it = 0
+    for k, c0 in enumerate(starts):
+        c, it = _newton_reduced(kern, b, lab, sig, c0, tol, max_iter)
+        total_it = max(total_it, it)
+        loss, gl, Hl = kern.derivs(c, lab)
+        dc = c - b
+        res, _ = _scaled_residual(dc, gl, sig)
+        f = _rowdot(dc, dc) / (2.0 * sig) + loss
+        r = _ReducedProx(c, f, loss, gl, Hl, res, it, np.full(c.shape[0], k))
+        if best is None:
+            best = r
+            continue
+        better = r.f < best.f - 1e-14 * (1.0 + np.abs(best.f))
+        if better.any():
+            for name in ("c", "f", "loss", "grad", "hess", "residual", "start_index"):
+                getattr(best, name)[better] = getattr(r, name)[better]
+    best.iterations = total_it
+    return best
+
+
+@dataclass
+class ProxResult:
+    """Batched prox of the softmax square loss.
+
+    h : (N, K) minimiser; g = (h - z)/sigma : (N, K); jac_z : (N, K, K) = dh*/dz = (I + sigma H)^-1 on
+    e-perp and 1 along e; loss : (N,) l(h*; y); objective : (N,) prox objective (Moreau envelope);
+    residual : max scaled gradient norm of the prox objective; iterations : max Newton iterations;
+    converged : all residuals <= tol; start_index : (N,) which start gave the kept minimiser
+    (0 = z, 1.. = the extra starts).
+    """
+
+    h: np.ndarray
+    g: np.ndarray
+    jac_z: np.ndarray
+    loss: np.ndarray
+    objective: np.ndarray
+    residual: float
+    iterations: int
+    converged: bool
+    start_index: np.ndarray = field(repr=False)
+    residuals: np.ndarray = field(repr=False)
+
+
+@cache
+def _logit_fit_matrix(tokens: int, beta: float) -> np.ndarray:
+    """Least-squares map from row-log-labels log y (T*T,) to reduced logits c with softmax(beta R c) ~ y."""
+    T = int(tokens)
+    R3, _ = _reduced_design(T)
+    R2 = R3.reshape(T * T, -1)
+    # unknowns: c (n) and one constant per row (T): beta R c + C k = log y
+    C = np.zeros((T * T, T))
+    for r in range(T):
+        C[r * T : (r + 1) * T, r] = 1.0
+    M = np.hstack([beta * R2, C])
+    pinv = np.linalg.pinv(M)[: R2.shape[1]]
+    pinv.setflags(write=False)
+    return pinv
+
+
+def prox_softmax(z, y, sigma, beta: float, tokens: int, init=None, tol: float = 1e-12, max_iter: int = 100):
+    """Batched prox h* = argmin_h |h - z|^2/(2 sigma) + ||y - softmax_row(beta D(h))||_F^2.
+
+    Parameters
+    ----------
+    z : (N, K) or (K,) centres; y : (N, T, T) labels (any real matrices; noisy labels allowed);
+    sigma : scalar or (N,) > 0.
+    init : extra starting point(s): None (default: the least-squares logits of log y, i.e. the point
+        whose softmax matches y best -- the interpolating point when y is a softmax), an (N, K) array,
+        or a list of such arrays. z itself is always a start; the lowest prox objective is kept, so the
+        result is the global minimiser whenever one of the starts lies in its basin.
+    tol : stopping tolerance on the scaled gradient norm
+        |h - z + sigma grad l| / (1 + |h - z| + sigma |grad l|).
+
+    Returns
+    -------
+    :class:`ProxResult`. Raises ``FloatingPointError`` on non-finite results; emits a
+    :class:`~tiedattention.errors.ConvergenceWarning` if some residual stays above ``max(tol, 1e-9)``.
+    """
+    T = int(tokens)
+    P = logit_design(T)
+    K = P.shape[1]
+    z = np.atleast_2d(np.asarray(z, dtype=float))
+    N = z.shape[0]
+    if z.shape[1] != K:
+        raise ParameterError("z", f"must have K = T(T+1)/2 = {K} columns (got {z.shape[1]})")
+    y = np.asarray(y, dtype=float).reshape(N, T, T)
+    sig = np.broadcast_to(np.asarray(sigma, dtype=float), (N,)).copy()
+    if np.any(~np.isfinite(sig)) or np.any(sig <= 0):
+        raise ParameterError("sigma", "must be finite and > 0")
+    B = reduced_basis(T)
+    e = invariant_direction(T)
+    kern = _kernel(T, float(beta))
+    b = z @ B
+    ze = z @ e
+    starts = [b]
+    if init is None:
+        logy = np.log(np.clip(y, 1e-12, None)).reshape(N, T * T)
+        starts.append(logy @ _logit_fit_matrix(T, float(beta)).T)
+    else:
+        inits = [init] if isinstance(init, np.ndarray) and init.ndim <= 2 else list(init)
+        for h0 in inits:
+            starts.append(np.atleast_2d(np.asarray(h0, dtype=float)).reshape(N, K) @ B)
+    r = _prox_reduced(kern, b, kern.labels(y), sig, starts, tol, max_iter)
+    if not np.all(np.isfinite(r.c)):
+        raise FloatingPointError("prox_softmax: non-finite minimiser")
+    h = r.c @ B.T + ze[:, None] * e[None]
+    g = (h - z) / sig[:, None]
+    n = B.shape[1]
+    A = np.eye(n)[None] + sig[:, None, None] * r.hess
+    Ainv = _solve_sym(A, np.broadcast_to(np.eye(n), (N, n, n)).copy())
+    jac = np.einsum("ki,nij,lj->nkl", B, Ainv, B) + np.outer(e, e)[None]
+    res = float(np.max(r.residual)) if N else 0.0
+    if res > max(tol, 1e-9):
+        warnings.warn(f"prox_softmax: max scaled residual {res:.2e} > tol", ConvergenceWarning, stacklevel=2)
+    return ProxResult(
+        h=h,
+        g=g,
+        jac_z=jac,
+        loss=r.loss,
+        objective=r.f,
+        residual=res,
+        iterations=r.iterations,
+        converged=res <= tol,
+        start_index=r.start_index,
+        residuals=r.residual,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Quadrature rules over i.i.d. standard normals
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Panel:
+    x: np.ndarray  # (M, dim) standard-normal nodes
+    w: np.ndarray  # (M,) weights, sum 1
+
+
+@lru_cache(maxsize=32)
+def _gh_panel(dim: int, order: int, prune: float) -> _Panel:
+    """Tensor Gauss-Hermite (probabilists') rule in ``dim`` dimensions, nodes with weight < prune dropped."""
+    from numpy.polynomial.hermite_e import hermegauss
+
+    x1, w1 = hermegauss(order)
+    w1 = w1 / w1.sum()
+    grids = np.meshgrid(*([np.arange(order)] * dim), indexing="ij")
+    idx = np.stack([g.ravel() for g in grids], axis=1)
+    w = np.prod(w1[idx], axis=1)
+    keep = w >= prune * w.max()
+    x, w = x1[idx[keep]], w[keep]
+    w = w / w.sum()  # renormalise the dropped mass (<= ~1e-13 of the total)
+    x.setflags(write=False)
+    w.setflags(write=False)
+    return _Panel(x, w)
+
+
+@lru_cache(maxsize=32)
+def _qmc_panels(dim: int, log2n: int, replicas: int, seed: int) -> tuple[_Panel, ...]:
+    """``replicas`` independent scrambled Sobol' point sets (2^log2n points each), mapped to N(0, I)."""
+    from scipy.stats import qmc
+
+    out = []
+    for r in range(replicas):
+        sob = qmc.Sobol(d=dim, scramble=True, seed=np.random.default_rng([seed, r]))
+        u = sob.random_base2(log2n)
+        u = np.clip(u, 2.0**-60, 1.0 - 2.0**-53)
+        x = ndtri(u)
+        w = np.full(x.shape[0], 1.0 / x.shape[0])
+        x.setflags(write=False)
+        w.setflags(write=False)
+        out.append(_Panel(x, w))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Channel
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChannelParams:
+    """Everything the channel needs besides (q, m, sigma).
+
+    tokens T, student temperature beta, teacher temperature beta0, logit noise Delta (``noise``), output
+    noise Delta_out (``noise_out``), Q0 = (1/d) Tr S0^2 (``q0``).
+    """
+
+    tokens: int
+    beta: float = 1.0
+    beta0: float = 1.0
+    noise: float = 0.0
+    noise_out: float = 0.0
+    q0: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tokens, bool) or int(self.tokens) != self.tokens or self.tokens < 2:
+            raise ParameterError("tokens", f"must be an integer >= 2 (got {self.tokens!r})")
+        object.__setattr__(self, "tokens", int(self.tokens))
+        for name in ("beta", "beta0", "q0"):
+            v = float(getattr(self, name))
+            if not math.isfinite(v) or v <= 0:
+                raise ParameterError(name, f"must be finite and > 0 (got {v!r})")
+            object.__setattr__(self, name, v)
+        for name in ("noise", "noise_out"):
+            v = float(getattr(self, name))
+            if not math.isfinite(v) or v < 0:
+                raise ParameterError(name.replace("_", "-"), f"must be finite and >= 0 (got {v!r})")
+            object.__setattr__(self, name, v)
+
+    @classmethod
+    def from_problem(cls, problem, q0: float) -> ChannelParams:
+        t, s = problem.task, problem.student
+        return cls(tokens=t.tokens, beta=s.beta, beta0=t.beta0, noise=t.noise, noise_out=t.noise_out, q0=q0)
+
+    @property
+    def n_logits(self) -> int:
+        return self.tokens * (self.tokens + 1) // 2
+
+    @property
+    def q_zeta(self) -> float:
+        """Variance of the noisy teacher logits, Q0 + Delta/2."""
+        return self.q0 + self.noise / 2.0
+
+
+@dataclass(frozen=True)
+class ChannelMoments:
+    """One channel evaluation. q_hat, m_hat, sigma_hat already include the factor 2 alpha.
+
+    train_error = loss_mean = E l(h*; y) (the same number for seq2lab; both are kept for clarity), envelope
+    = E min_h [|h - z|^2/(2 sigma) + l(h; y)]. ``error_estimate`` has the quadrature error estimate of each
+    of these keys; ``stein`` holds the integration-by-parts forms of m_hat and sigma_hat (a check).
+    """
+
+    q_hat: float
+    m_hat: float
+    sigma_hat: float
+    train_error: float
+    loss_mean: float
+    envelope: float
+    error_estimate: dict
+    prox_residual: float
+    prox_iterations: int
+    stein: dict = field(default_factory=dict)
+
+
+_KEYS = ("q_hat", "m_hat", "sigma_hat", "train_error", "loss_mean", "envelope", "m_hat_stein", "sigma_hat_stein")
+
+
+class SoftmaxChannel:
+    """The softmax square-loss channel of THEORY.md section 3 with cached quadrature.
+
+    Parameters
+    ----------
+    params : :class:`ChannelParams`.
+    order : Gauss-Hermite order per dimension (tensor rule, used when the integral has <= ``gh_max_dim``
+        dimensions: T = 2 without output noise, 4 dims). The error estimate compares with order
+        ``order_low`` (default round(0.75 order)).
+    qmc_log2 : log2 of the number of scrambled Sobol' points per replica (used otherwise).
+    replicas : number of independent scramblings; the estimate is their mean, the error std/sqrt(replicas).
+    rule : "auto" | "gh" | "qmc".
+    seed : QMC seed (fixed -> deterministic).
+    estimate_error : if False, the GH error estimate (a second, lower-order rule) is skipped (faster).
+    tol, max_iter : Newton tolerance and iteration cap for the proxes.
+    """
+
+    def __init__(
+        self,
+        params: ChannelParams,
+        order: int = 16,
+        qmc_log2: int = 12,
+        replicas: int = 4,
+        *,
+        rule: str = "auto",
+        order_low: int | None = None,
+        seed: int = 20250924,
+        estimate_error: bool = True,
+        gh_max_dim: int = 4,
+        prune: float = 1e-11,
+        tol: float = 1e-12,
+        max_iter: int = 100,
+    ):
+        self.params = params
+        T = params.tokens
+        self.n = params.n_logits - 1  # reduced dimension
+        self.noise_dim = T * (T - 1) if params.noise_out > 0 else 0
+        self.dim = 2 * self.n + self.noise_dim
+        if rule not in ("auto", "gh", "qmc"):
+            raise ParameterError("rule", f"must be auto, gh or qmc (got {rule!r})")
+        if rule == "auto":
+            rule = "gh" if self.dim <= gh_max_dim else "qmc"
+        self.rule = rule
+        self.order = int(order)
+        self.order_low = int(order_low) if order_low is not None else max(2, int(round(0.75 * order)))
+        self.qmc_log2 = int(qmc_log2)
+        self.replicas = int(replicas)
+        if rule == "qmc" and self.replicas < 2:
+            raise ParameterError("replicas", "QMC needs at least 2 replicas for an error estimate")
+        self.seed = int(seed)
+        self.estimate_error = estimate_error
+        self.tol, self.max_iter = float(tol), int(max_iter)
+        if rule == "gh":
+            panels = [_gh_panel(self.dim, self.order, prune)]
+            if estimate_error:
+                panels.append(_gh_panel(self.dim, self.order_low, prune))
+        else:
+            panels = list(_qmc_panels(self.dim, self.qmc_log2, self.replicas, self.seed))
+        self.panels = tuple(panels)
+        self.R3, self.RR = _reduced_design(T)
+        self._noise_basis = _row_noise_basis(T)
+        self._kern = _kernel(T, params.beta)
+
+    # ---------------------------------------------------------------------------------------------
+    @property
+    def n_nodes(self) -> int:
+        return sum(p.x.shape[0] for p in self.panels)
+
+    def _combine(self, per_panel: list[dict]) -> tuple[dict, dict]:
+        keys = per_panel[0].keys()
+        if self.rule == "gh":
+            val = {k: per_panel[0][k] for k in keys}
+            if len(per_panel) > 1:
+                err = {k: abs(per_panel[0][k] - per_panel[1][k]) for k in keys}
+            else:
+                err = {k: float("nan") for k in keys}
+            return val, err
+        val, err = {}, {}
+        R = len(per_panel)
+        for k in keys:
+            v = np.array([p[k] for p in per_panel])
+            val[k] = float(np.mean(v))
+            err[k] = float(np.std(v, ddof=1) / math.sqrt(R))
+        return val, err
+
+    def _check_qm(self, q: float, m: float, qz: float) -> tuple[float, float, float]:
+        q, m = float(q), float(m)
+        if not (math.isfinite(q) and math.isfinite(m)) or q < 0:
+            raise ParameterError("q", f"need finite q >= 0 and m (got q={q!r}, m={m!r})")
+        cond = q - m * m / qz
+        if cond < -1e-10 * max(1.0, q):
+            raise ParameterError("m", f"covariance not PSD: m^2 = {m * m!r} > q * Qz = {q * qz!r}")
+        return q, m, math.sqrt(max(cond, 0.0))
+
+    def _teacher_student(self, panel: _Panel, qz: float, m: float, s_cond: float):
+        n = self.n
+        a = math.sqrt(qz) * panel.x[:, :n]
+        b = (m / qz) * a + s_cond * panel.x[:, n : 2 * n]
+        return a, b
+
+    @staticmethod
+    def _wsum(w: np.ndarray, v: np.ndarray) -> float:
+        return float(np.sum(w * v))  # pairwise summation: deterministic
+
+    # ---------------------------------------------------------------------------------------------
+    def moments(self, alpha: float, q: float, m: float, sigma: float) -> ChannelMoments:
+        """Conjugate order parameters and prox observables at (q, m, sigma). See :class:`ChannelMoments`."""
+        p = self.params
+        alpha, sigma = float(alpha), float(sigma)
+        if not math.isfinite(alpha) or alpha <= 0:
+            raise ParameterError("alpha", f"must be > 0 (got {alpha!r})")
+        if not math.isfinite(sigma) or sigma <= 0:
+            raise ParameterError("sigma", f"must be finite and > 0 (got {sigma!r})")
+        qz = p.q_zeta
+        q, m, s_cond = self._check_qm(q, m, qz)
+        T, n = p.tokens, self.n
+        R2 = self.R3.reshape(T * T, n)
+        kern = self._kern
+        det = qz * q - m * m
+        per_panel, max_res, max_it = [], 0.0, 0
+        for panel in self.panels:
+            N = panel.x.shape[0]
+            a, b = self._teacher_student(panel, qz, m, s_cond)
+            y0 = _softmax_rows((p.beta0 * (a @ R2.T)).reshape(N, T, T))
+            y = y0
+            if self.noise_dim:
+                xi = panel.x[:, 2 * n :].reshape(N, T, T - 1)
+                y = y0 + math.sqrt(p.noise_out) * np.einsum("nri,ci->nrc", xi, self._noise_basis)
+            lab = kern.labels(y)
+            sig = np.full(N, sigma)
+            # convexity certificate: where sigma * (bound on -lambda_min(H)) < 1 the prox objective is
+            # strictly convex and the start z suffices; elsewhere also start at the interpolating point
+            nonconvex = sigma * kern.negative_curvature_bound(lab) >= 1.0
+            c_int = (p.beta0 / p.beta) * a
+            starts = [b, np.where(nonconvex[:, None], c_int, b)] if nonconvex.any() else [b]
+            r = _prox_reduced(kern, b, lab, sig, starts, self.tol, self.max_iter)
+            if not np.all(np.isfinite(r.c)) or not np.all(np.isfinite(r.hess)):
+                raise FloatingPointError("SoftmaxChannel.moments: non-finite prox")
+            max_res = max(max_res, float(np.max(r.residual)))
+            max_it = max(max_it, r.iterations)
+            g = (r.c - b) / sigma
+            gg = _rowdot(g, g)
+            A = np.eye(n)[None] + sigma * r.hess
+            C = kern.cross(r.c, a, p.beta0)  # d(grad l)/da = -2 beta beta0 C
+            X = _solve_sym(A, np.concatenate([r.hess, C], axis=2))
+            tr_h = np.trace(X[:, :, :n], axis1=1, axis2=2)  # tr[H (I + sigma H)^-1]
+            tr_c = np.trace(X[:, :, n:], axis1=1, axis2=2)  # tr[(I + sigma H)^-1 C]
+            vals = {
+                "q_hat": self._wsum(panel.w, gg),
+                "m_hat": 2.0 * p.beta * p.beta0 * self._wsum(panel.w, tr_c),
+                "sigma_hat": self._wsum(panel.w, tr_h),
+                "loss_mean": self._wsum(panel.w, r.loss),
+                "envelope": self._wsum(panel.w, r.f),
+            }
+            if det > 1e-300:
+                ga = _rowdot(g, q * a - m * b) / det
+                gb = _rowdot(g, qz * b - m * a) / det
+                vals["m_hat_stein"] = self._wsum(panel.w, ga)
+                vals["sigma_hat_stein"] = -self._wsum(panel.w, gb)
+            else:
+                vals["m_hat_stein"] = vals["sigma_hat_stein"] = float("nan")
+            per_panel.append(vals)
+        val, err = self._combine(per_panel)
+        const = T * p.noise_out  # row-mean part of the output noise: constant loss
+        val["loss_mean"] += const
+        val["envelope"] += const
+        val["train_error"] = val["loss_mean"]
+        err["train_error"] = err["loss_mean"]
+        two_a = 2.0 * alpha
+        for k in ("q_hat", "m_hat", "sigma_hat", "m_hat_stein", "sigma_hat_stein"):
+            val[k] *= two_a
+            err[k] *= two_a
+        if max_res > max(self.tol, 1e-9):
+            warnings.warn(
+                f"SoftmaxChannel.moments: max prox residual {max_res:.2e} > tol", ConvergenceWarning, stacklevel=2
+            )
+        for k in _KEYS[:6]:
+            if not math.isfinite(val[k]):
+                raise FloatingPointError(f"SoftmaxChannel.moments: {k} is not finite")
+        return ChannelMoments(
+            q_hat=val["q_hat"],
+            m_hat=val["m_hat"],
+            sigma_hat=val["sigma_hat"],
+            train_error=val["train_error"],
+            loss_mean=val["loss_mean"],
+            envelope=val["envelope"],
+            error_estimate={k: err[k] for k in _KEYS[:6]},
+            prox_residual=max_res,
+            prox_iterations=max_it,
+            stein={
+                "m_hat": val["m_hat_stein"],
+                "sigma_hat": val["sigma_hat_stein"],
+                "m_hat_err": err["m_hat_stein"],
+                "sigma_hat_err": err["sigma_hat_stein"],
+            },
+        )
+
+    # ---------------------------------------------------------------------------------------------
+    def test_error(self, q: float, m: float, clean: bool = False) -> tuple[float, float]:
+        """E||softmax(beta0 D(z0')) - softmax(beta D(z))||_F^2 (+ T^2 Delta_out unless clean); (value, error).
+
+        (z0', z) ~ N(0, [[Q0 + Delta/2, m], [m, q]]) per entry for noisy labels, [[Q0, m], [m, q]] if clean.
+        """
+        p = self.params
+        qz = p.q0 if clean else p.q_zeta
+        q, m, s_cond = self._check_qm(q, m, qz)
+        T, n = p.tokens, self.n
+        R2 = self.R3.reshape(T * T, n)
+        per_panel = []
+        for panel in self.panels:
+            N = panel.x.shape[0]
+            a, b = self._teacher_student(panel, qz, m, s_cond)
+            y0 = _softmax_rows((p.beta0 * (a @ R2.T)).reshape(N, T, T))
+            s = _softmax_rows((p.beta * (b @ R2.T)).reshape(N, T, T))
+            d = (y0 - s).reshape(N, -1)
+            per_panel.append({"e": self._wsum(panel.w, np.einsum("ni,ni->n", d, d))})
+        val, err = self._combine(per_panel)
+        extra = 0.0 if clean else T * T * p.noise_out
+        return val["e"] + extra, err["e"]
+
+    def uniform_error(self, clean: bool = False) -> float:
+        """Test error of the uniform-attention predictor 1/T (equals test_error(0, 0))."""
+        return self.test_error(0.0, 0.0, clean=clean)[0]
