@@ -11,6 +11,9 @@ class ParameterError(ValueError):
         self.message = message
         super().__init__(f"{param}: {message}")
 
+    def __reduce__(self):  # picklable across worker processes (sweeps)
+        return (type(self), (self.param, self.message))
+
 
 class ConvergenceWarning(RuntimeWarning):
     """A solver stopped before reaching its tolerance (the result object says converged=False)."""

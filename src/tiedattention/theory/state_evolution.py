@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from scipy import optimize
 
-from ..errors import ConvergenceWarning
+from ..errors import ConvergenceWarning, ParameterError
 from ..problem import Problem, alpha_bar, validate_alpha
 from .channel import ChannelParams, SoftmaxChannel
 from .denoisers import matrix_update
@@ -188,7 +188,10 @@ class StateEvolution:
         if self.problem.student.lam == 0 or self.problem.student.model == "direct":
             return None
         x = np.zeros(3)
-        fx, ch, ms = self._map(alpha, x)
+        try:
+            fx, ch, ms = self._map(alpha, x)
+        except (ParameterError, FloatingPointError):  # channel without a Sigma = 0 limit
+            return None
         if fx[0] != 0.0:
             return None
         return self._observables(alpha, x, ch, ms, True, 1, 0.0, "", phase="zero")
