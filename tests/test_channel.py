@@ -205,6 +205,55 @@ def test_small_sigma_limit(ch2):
     assert abs(r.sigma_hat - 2 * alpha * np.sum(panel.w * np.trace(hess, axis1=1, axis2=2))) < 1e-6 * r.sigma_hat
 
 
+@pytest.mark.parametrize("T", [2, 3])
+def test_sigma_zero_is_the_continuous_limit(T):
+    """Sigma = 0 is exact (h* = z) and the Sigma -> 0 limit is continuous (g from -grad l: no cancellation)."""
+    p = ChannelParams(tokens=T, beta=1.3, beta0=0.9, noise=0.5, noise_out=0.0, q0=1.5)
+    ch = SoftmaxChannel(p, order=10) if T == 2 else SoftmaxChannel(p, qmc_log2=8, replicas=2)
+    r0 = ch.moments(0.7, 1.0, 0.8, 0.0)
+    assert r0.prox_residual == 0.0 and r0.prox_iterations == 0
+    assert r0.q_hat > 0 and r0.sigma_hat > 0 and r0.m_hat > 0
+    assert r0.envelope == r0.loss_mean
+    for sigma in (1e-6, 1e-8, 1e-14):
+        r = ch.moments(0.7, 1.0, 0.8, sigma)
+        for k in ("q_hat", "m_hat", "sigma_hat", "loss_mean", "envelope"):
+            a, b = getattr(r, k), getattr(r0, k)
+            assert abs(a - b) <= 50 * sigma * abs(b) + 1e-13, (k, sigma, a, b)
+
+
+def _full_gh(dim: int, order: int):
+    x1, w1 = hermegauss(order)
+    w1 = w1 / w1.sum()
+    X = np.stack(np.meshgrid(*([x1] * dim), indexing="ij"), -1).reshape(-1, dim)
+    W = np.prod(np.stack(np.meshgrid(*([w1] * dim), indexing="ij"), -1).reshape(-1, dim), axis=1)
+    return X, W
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.5])
+def test_q_m_zero_against_direct_full_coordinates(sigma):
+    """q = m = 0 (z = 0): the reduced channel against a direct computation in the full K = 3 coordinates
+    (tensor GH over zeta only, m_hat by Stein's lemma E[g.zeta]/Qz, sigma_hat from the prox Jacobian)."""
+    p = ChannelParams(tokens=2, beta=1.2, beta0=1.0, noise=0.4, noise_out=0.0, q0=1.3)
+    alpha = 0.8
+    r = SoftmaxChannel(p, order=40).moments(alpha, 0.0, 0.0, sigma)
+    X, W = _full_gh(3, 40)
+    zeta = math.sqrt(p.q_zeta) * X
+    y = _labels(zeta, 2, beta0=p.beta0)
+    z = np.zeros_like(zeta)
+    if sigma == 0.0:
+        loss, g, hess = softmax_loss(z, y, p.beta, 2)
+        g = -g
+        tr = np.trace(hess, axis1=1, axis2=2)
+    else:
+        pr = prox_softmax(z, y, sigma, p.beta, 2)
+        loss, g, tr = pr.loss, pr.g, (3 - np.trace(pr.jac_z, axis1=1, axis2=2)) / sigma
+    tol = 2e-8 if sigma == 0.0 else 1e-7  # GH order 40 (2D) vs 40 (3D); root-exponential convergence
+    assert abs(r.q_hat - 2 * alpha * np.sum(W * (g**2).sum(1))) < tol
+    assert abs(r.sigma_hat - 2 * alpha * np.sum(W * tr)) < tol
+    assert abs(r.m_hat - 2 * alpha * np.sum(W * (g * zeta).sum(1)) / p.q_zeta) < tol
+    assert abs(r.loss_mean - np.sum(W * loss)) < tol
+
+
 def test_reduced_quadrature_matches_full_monte_carlo(ch2):
     """The reduced 4D GH integral against plain Monte Carlo in the full K = 3 coordinates (10^6 samples)."""
     q, m, sigma, alpha = 1.2, 0.9, 0.7, 1.0
@@ -256,7 +305,9 @@ def test_bad_inputs(ch2):
     with pytest.raises(ParameterError):
         ch2.moments(1.0, 1.0, 5.0, 1.0)  # m^2 > q Qz
     with pytest.raises(ParameterError):
-        ch2.moments(1.0, 1.0, 0.5, 0.0)
+        ch2.moments(1.0, 1.0, 0.5, -1e-3)
+    with pytest.raises(ParameterError):
+        ch2.moments(1.0, 1.0, 0.5, float("nan"))
     with pytest.raises(ParameterError):
         ChannelParams(tokens=1)
 

@@ -593,6 +593,18 @@ def _gh_panel(dim: int, order: int, prune: float) -> _Panel:
 
 
 @lru_cache(maxsize=32)
+def _gh_panel_no_student(dim: int, n: int, order: int, prune: float) -> _Panel:
+    """The tensor GH rule marginalised over the student-noise coordinates x[:, n:2n] (set to 0): exact when
+    the integrand does not depend on them (q = m^2/Qz, e.g. q = m = 0), with order^n fewer nodes."""
+    low = _gh_panel(dim - n, order, prune)
+    x = np.zeros((low.x.shape[0], dim))
+    x[:, :n] = low.x[:, :n]
+    x[:, 2 * n :] = low.x[:, n:]
+    x.setflags(write=False)
+    return _Panel(x, low.w)
+
+
+@lru_cache(maxsize=32)
 def _qmc_panels(dim: int, log2n: int, replicas: int, seed: int) -> tuple[_Panel, ...]:
     """``replicas`` independent scrambled Sobol' point sets (2^log2n points each), mapped to N(0, I)."""
     from scipy.stats import qmc
@@ -741,6 +753,7 @@ class SoftmaxChannel:
         else:
             panels = list(_qmc_panels(self.dim, self.qmc_log2, self.replicas, self.seed))
         self.panels = tuple(panels)
+        self._prune = float(prune)
         self.R3, self.RR = _reduced_design(T)
         self._noise_basis = _row_noise_basis(T)
         self._kern = _kernel(T, params.beta)
@@ -776,6 +789,13 @@ class SoftmaxChannel:
             raise ParameterError("m", f"covariance not PSD: m^2 = {m * m!r} > q * Qz = {q * qz!r}")
         return q, m, math.sqrt(max(cond, 0.0))
 
+    def _panels_for(self, s_cond: float) -> tuple[_Panel, ...]:
+        """The quadrature panels; for GH with a degenerate student (s_cond = 0) the student-noise marginal."""
+        if self.rule != "gh" or s_cond != 0.0:
+            return self.panels
+        orders = [self.order, self.order_low][: len(self.panels)]
+        return tuple(_gh_panel_no_student(self.dim, self.n, o, self._prune) for o in orders)
+
     def _teacher_student(self, panel: _Panel, qz: float, m: float, s_cond: float):
         n = self.n
         a = math.sqrt(qz) * panel.x[:, :n]
@@ -788,13 +808,16 @@ class SoftmaxChannel:
 
     # ---------------------------------------------------------------------------------------------
     def moments(self, alpha: float, q: float, m: float, sigma: float) -> ChannelMoments:
-        """Conjugate order parameters and prox observables at (q, m, sigma). See :class:`ChannelMoments`."""
+        """Conjugate order parameters and prox observables at (q, m, sigma). See :class:`ChannelMoments`.
+
+        ``sigma = 0`` is the exact limit (h* = z, g = -grad l(z), dg/dz = -H(z)); q = m = 0 (z = 0) is allowed.
+        """
         p = self.params
         alpha, sigma = float(alpha), float(sigma)
         if not math.isfinite(alpha) or alpha <= 0:
             raise ParameterError("alpha", f"must be > 0 (got {alpha!r})")
-        if not math.isfinite(sigma) or sigma <= 0:
-            raise ParameterError("sigma", f"must be finite and > 0 (got {sigma!r})")
+        if not math.isfinite(sigma) or sigma < 0:
+            raise ParameterError("sigma", f"must be finite and >= 0 (got {sigma!r})")
         qz = p.q_zeta
         q, m, s_cond = self._check_qm(q, m, qz)
         T, n = p.tokens, self.n
@@ -802,7 +825,7 @@ class SoftmaxChannel:
         kern = self._kern
         det = qz * q - m * m
         per_panel, max_res, max_it = [], 0.0, 0
-        for panel in self.panels:
+        for panel in self._panels_for(s_cond):
             N = panel.x.shape[0]
             a, b = self._teacher_student(panel, qz, m, s_cond)
             y0 = _softmax_rows((p.beta0 * (a @ R2.T)).reshape(N, T, T))
@@ -811,18 +834,25 @@ class SoftmaxChannel:
                 xi = panel.x[:, 2 * n :].reshape(N, T, T - 1)
                 y = y0 + math.sqrt(p.noise_out) * np.einsum("nri,ci->nrc", xi, self._noise_basis)
             lab = kern.labels(y)
-            sig = np.full(N, sigma)
-            # convexity certificate: where sigma * (bound on -lambda_min(H)) < 1 the prox objective is
-            # strictly convex and the start z suffices; elsewhere also start at the interpolating point
-            nonconvex = sigma * kern.negative_curvature_bound(lab) >= 1.0
-            c_int = (p.beta0 / p.beta) * a
-            starts = [b, np.where(nonconvex[:, None], c_int, b)] if nonconvex.any() else [b]
-            r = _prox_reduced(kern, b, lab, sig, starts, self.tol, self.max_iter)
+            if sigma == 0.0:
+                # exact limit: h* = z, prox objective = loss
+                loss, gl, Hl = kern.derivs(b, lab)
+                r = _ReducedProx(b, loss, loss, gl, Hl, np.zeros(N), 0, np.zeros(N, dtype=int))
+            else:
+                sig = np.full(N, sigma)
+                # convexity certificate: where sigma * (bound on -lambda_min(H)) < 1 the prox objective is
+                # strictly convex and the start z suffices; elsewhere also start at the interpolating point
+                nonconvex = sigma * kern.negative_curvature_bound(lab) >= 1.0
+                c_int = (p.beta0 / p.beta) * a
+                starts = [b, np.where(nonconvex[:, None], c_int, b)] if nonconvex.any() else [b]
+                r = _prox_reduced(kern, b, lab, sig, starts, self.tol, self.max_iter)
             if not np.all(np.isfinite(r.c)) or not np.all(np.isfinite(r.hess)):
                 raise FloatingPointError("SoftmaxChannel.moments: non-finite prox")
             max_res = max(max_res, float(np.max(r.residual)))
             max_it = max(max_it, r.iterations)
-            g = (r.c - b) / sigma
+            # g from the optimality condition g = -grad l(h*; y) (= (h* - z)/sigma at a converged prox):
+            # no cancellation as sigma -> 0, and exact at sigma = 0
+            g = -r.grad
             gg = _rowdot(g, g)
             A = np.eye(n)[None] + sigma * r.hess
             C = kern.cross(r.c, a, p.beta0)  # d(grad l)/da = -2 beta beta0 C
@@ -891,7 +921,7 @@ class SoftmaxChannel:
         T, n = p.tokens, self.n
         R2 = self.R3.reshape(T * T, n)
         per_panel = []
-        for panel in self.panels:
+        for panel in self._panels_for(s_cond):
             N = panel.x.shape[0]
             a, b = self._teacher_student(panel, qz, m, s_cond)
             y0 = _softmax_rows((p.beta0 * (a @ R2.T)).reshape(N, T, T))
