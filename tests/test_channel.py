@@ -295,6 +295,21 @@ def test_gauss_hermite_order_convergence():
     assert mo_err[3] < mo_err[1] / 10 and mo_err[3] < 2e-5
 
 
+def test_symmetric_fold_is_exact():
+    """The T = 2 integrand is invariant under the token swap and the global sign flip: the folded GH rule
+    (4x fewer nodes) equals the plain tensor rule to round-off, for moments and test errors."""
+    p = ChannelParams(tokens=2, beta=1.3, beta0=0.9, noise=0.5, noise_out=0.0, q0=1.5)
+    full = SoftmaxChannel(p, order=10, symmetric=False)
+    fold = SoftmaxChannel(p, order=10)
+    assert fold.n_nodes < 0.3 * full.n_nodes
+    for args in [(1.0, 1.0, 0.8, 0.0), (1.0, 1.0, 0.8, 0.3), (1.0, 1.2, -0.7, 4.0), (1.0, 0.0, 0.0, 1.0)]:
+        a, b = full.moments(*args), fold.moments(*args)
+        for k in ("q_hat", "m_hat", "sigma_hat", "loss_mean", "envelope"):
+            assert abs(getattr(a, k) - getattr(b, k)) < 1e-12 * (1 + abs(getattr(a, k))), (args, k)
+    for clean in (False, True):
+        assert abs(full.test_error(1.0, 0.8, clean)[0] - fold.test_error(1.0, 0.8, clean)[0]) < 1e-13
+
+
 def test_determinism():
     a = SoftmaxChannel(P2, order=12).moments(0.5, 0.9, 0.5, 1.3)
     b = SoftmaxChannel(P2, order=12).moments(0.5, 0.9, 0.5, 1.3)

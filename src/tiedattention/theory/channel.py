@@ -77,9 +77,17 @@ def invariant_direction(tokens: int) -> np.ndarray:
 
 @cache
 def reduced_basis(tokens: int) -> np.ndarray:
-    """Orthonormal basis B (K, K-1) of the complement of e (Householder reflection; deterministic)."""
+    """Orthonormal basis B (K, K-1) of the complement of e (deterministic).
+
+    T = 2: B = [(1, 0, -1)/sqrt2, (1, -sqrt2, 1)/2], in which the token swap h11 <-> h22 is the reflection of
+    the first coordinate (the channel folds its quadrature rule with it). T >= 3: a Householder reflection.
+    """
     e = invariant_direction(tokens)
     K = e.size
+    if int(tokens) == 2:
+        B = np.array([[1.0 / math.sqrt(2.0), 0.5], [0.0, -1.0 / math.sqrt(2.0)], [-1.0 / math.sqrt(2.0), 0.5]])
+        B.setflags(write=False)
+        return B
     v = e.copy()
     v[0] -= 1.0  # reflection H with H e_1 = e; its columns 2..K span e-perp
     H = np.eye(K) - 2.0 * np.outer(v, v) / (v @ v)
@@ -574,9 +582,38 @@ class _Panel:
     w: np.ndarray  # (M,) weights, sum 1
 
 
+def _fold(x: np.ndarray, w: np.ndarray, groups: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Fold a rule symmetric under negating each coordinate group (jointly) onto one representative per orbit.
+
+    A node is kept iff each group's sub-vector is lexicographically >= 0 (first nonzero entry > 0); its weight
+    is multiplied by the orbit size 2^(number of nonzero groups). Exact for integrands invariant under the
+    group; deterministic.
+    """
+    keep = np.ones(x.shape[0], dtype=bool)
+    mult = np.ones(x.shape[0])
+    for grp in groups:
+        sub = x[:, list(grp)]
+        nz = sub != 0
+        first = np.argmax(nz, axis=1)
+        lead = sub[np.arange(sub.shape[0]), first]
+        keep &= lead >= 0  # all-zero sub-vectors have lead 0 and are kept once
+        mult *= np.where(nz.any(axis=1), 2.0, 1.0)
+    return x[keep], w[keep] * mult[keep]
+
+
+def _channel_groups(dim: int, n: int, student: bool) -> tuple[tuple[int, ...], ...]:
+    """T = 2 symmetry groups of the channel integrand in the coordinates (a, eta[, noise]) of the reduced
+    basis: negating coordinate 1 of a and of eta is the token swap, negating coordinate 2 of both is swap
+    composed with the global sign flip (zeta, z) -> (-zeta, -z) (sigmoid(-v) = 1 - sigmoid(v))."""
+    if n != 2 or dim != (2 * n if student else n):
+        return ()
+    return ((0, 2), (1, 3)) if student else ((0,), (1,))
+
+
 @lru_cache(maxsize=32)
-def _gh_panel(dim: int, order: int, prune: float) -> _Panel:
-    """Tensor Gauss-Hermite (probabilists') rule in ``dim`` dimensions, nodes with weight < prune dropped."""
+def _gh_panel(dim: int, order: int, prune: float, groups: tuple = ()) -> _Panel:
+    """Tensor Gauss-Hermite (probabilists') rule in ``dim`` dimensions, nodes with weight < prune dropped,
+    folded by the coordinate-reflection groups ``groups`` (see :func:`_fold`)."""
     from numpy.polynomial.hermite_e import hermegauss
 
     x1, w1 = hermegauss(order)
@@ -587,16 +624,18 @@ def _gh_panel(dim: int, order: int, prune: float) -> _Panel:
     keep = w >= prune * w.max()
     x, w = x1[idx[keep]], w[keep]
     w = w / w.sum()  # renormalise the dropped mass (<= ~1e-13 of the total)
+    if groups:
+        x, w = _fold(x, w, groups)
     x.setflags(write=False)
     w.setflags(write=False)
     return _Panel(x, w)
 
 
 @lru_cache(maxsize=32)
-def _gh_panel_no_student(dim: int, n: int, order: int, prune: float) -> _Panel:
+def _gh_panel_no_student(dim: int, n: int, order: int, prune: float, groups: tuple = ()) -> _Panel:
     """The tensor GH rule marginalised over the student-noise coordinates x[:, n:2n] (set to 0): exact when
     the integrand does not depend on them (q = m^2/Qz, e.g. q = m = 0), with order^n fewer nodes."""
-    low = _gh_panel(dim - n, order, prune)
+    low = _gh_panel(dim - n, order, prune, groups)
     x = np.zeros((low.x.shape[0], dim))
     x[:, :n] = low.x[:, :n]
     x[:, 2 * n :] = low.x[:, n:]
@@ -709,6 +748,8 @@ class SoftmaxChannel:
     seed : QMC seed (fixed -> deterministic).
     estimate_error : if False, the GH error estimate (a second, lower-order rule) is skipped (faster).
     tol, max_iter : Newton tolerance and iteration cap for the proxes.
+    symmetric : fold the T = 2 Gauss-Hermite rule by the token-swap and sign-flip symmetries of the integrand
+        (4x fewer nodes, same value up to round-off); False gives the plain tensor rule.
     """
 
     def __init__(
@@ -726,6 +767,7 @@ class SoftmaxChannel:
         prune: float = 1e-11,
         tol: float = 1e-12,
         max_iter: int = 100,
+        symmetric: bool = True,
     ):
         self.params = params
         T = params.tokens
@@ -746,10 +788,12 @@ class SoftmaxChannel:
         self.seed = int(seed)
         self.estimate_error = estimate_error
         self.tol, self.max_iter = float(tol), int(max_iter)
+        self.symmetric = bool(symmetric)
+        groups = _channel_groups(self.dim, self.n, True) if self.symmetric else ()
         if rule == "gh":
-            panels = [_gh_panel(self.dim, self.order, prune)]
+            panels = [_gh_panel(self.dim, self.order, prune, groups)]
             if estimate_error:
-                panels.append(_gh_panel(self.dim, self.order_low, prune))
+                panels.append(_gh_panel(self.dim, self.order_low, prune, groups))
         else:
             panels = list(_qmc_panels(self.dim, self.qmc_log2, self.replicas, self.seed))
         self.panels = tuple(panels)
@@ -794,7 +838,8 @@ class SoftmaxChannel:
         if self.rule != "gh" or s_cond != 0.0:
             return self.panels
         orders = [self.order, self.order_low][: len(self.panels)]
-        return tuple(_gh_panel_no_student(self.dim, self.n, o, self._prune) for o in orders)
+        groups = _channel_groups(self.dim - self.n, self.n, False) if self.symmetric else ()
+        return tuple(_gh_panel_no_student(self.dim, self.n, o, self._prune, groups) for o in orders)
 
     def _teacher_student(self, panel: _Panel, qz: float, m: float, s_cond: float):
         n = self.n
