@@ -1,0 +1,171 @@
+"""One simulation record per (problem, alpha, d): ``seeds`` independent data sets, trained and measured.
+
+The record is the JSON object of the ``tiedattention simulate`` contract (ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ParameterError
+from ..problem import Problem, alpha_bar, validate_alpha
+from .metrics import mse_on_S, rank_fraction, spectra, test_errors
+from .models import resolve_device
+from .sampler import rng_for, sample_dataset
+from .trainers import SOLVERS, train
+
+__all__ = ["simulate_record", "n_of", "combined_sem"]
+
+
+def n_of(alpha: float, d: int) -> int:
+    """n = round(alpha d^2), at least 1 (ParameterError("alpha") otherwise)."""
+    n = int(round(alpha * d * d))
+    if n < 1:
+        raise ParameterError("alpha", f"alpha={alpha:g} gives n = round(alpha d^2) = 0 sequences at d={d}")
+    return n
+
+
+def combined_sem(values: np.ndarray, within_sem: np.ndarray) -> float:
+    """Standard error of the mean over seeds of per-seed estimates that carry their own test-sampling error.
+
+    The sample variance over seeds already contains the within-seed (test-sampling) variance; it is floored
+    by the mean within-seed variance (the mean cannot be known better than that), and with one seed the
+    within-seed error is all there is: ``sqrt(max(var_seeds, mean(within_sem^2)) / seeds)``.
+    """
+    values = np.asarray(values, float)
+    within = float(np.mean(np.asarray(within_sem, float) ** 2))
+    var = float(values.var(ddof=1)) if values.size > 1 else 0.0
+    return math.sqrt(max(var, within) / values.size)
+
+
+def _validate(d: int, seeds: int, solver: str, n_test: int) -> None:
+    if isinstance(d, bool) or int(d) != d or d < 2:
+        raise ParameterError("d", f"must be an integer >= 2 (got {d!r})")
+    if isinstance(seeds, bool) or int(seeds) != seeds or seeds < 1:
+        raise ParameterError("seeds", f"must be an integer >= 1 (got {seeds!r})")
+    if solver not in SOLVERS:
+        raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
+    if isinstance(n_test, bool) or int(n_test) != n_test or n_test < 2:
+        raise ParameterError("n-test", f"must be an integer >= 2 (got {n_test!r})")
+
+
+def _stats(name: str, values: list[float]) -> dict[str, float]:
+    a = np.asarray(values, float)
+    return {
+        f"{name}_mean": float(a.mean()),
+        f"{name}_std": float(a.std(ddof=1)) if a.size > 1 else 0.0,
+        f"{name}_sem": float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else 0.0,
+    }
+
+
+def simulate_record(
+    problem: Problem,
+    alpha: float,
+    d: int,
+    seeds: int = 8,
+    solver: str = "adam",
+    device: str = "cpu",
+    seed0: int = 0,
+    n_test: int = 2000,
+    return_spectra: bool = False,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    threads: int | None = None,
+    rank_tol: float = 1e-6,
+    **trainer_options: Any,
+) -> dict[str, Any]:
+    """Train ``seeds`` students on independent data sets (seeds seed0 .. seed0+seeds-1) and summarise.
+
+    Each seed s draws S0 from ``rng_for(s, "target")``, n = round(alpha d^2) training sequences from
+    ``rng_for(s, "train")``, the initialisation from ``rng_for(s, "init")`` and ``n_test`` test sequences from
+    ``rng_for(s, "test")``.
+
+    Returns the record: alpha, alpha_bar, d, n, p, seeds, seed0, solver, device, the problem options,
+    ``<m>_mean/_std/_sem`` for m in test_error, test_error_clean, train_error, objective (F = L/d^2), penalty,
+    mse, rank, steps, seconds (per seed), ``test_error_sem`` and ``test_error_clean_sem`` combined as in
+    :func:`combined_sem`, ``converged`` (fraction of seeds whose solver met its stop rule), ``converged_all``,
+    ``seconds`` (wall time of the whole record) and, with ``return_spectra``, ``eigenvalues`` (seeds x d) and
+    ``singular_values`` (seeds x min(p, d)).
+
+    ``progress(info)`` is called after each seed with a dict (seed, test_error, steps, converged, seconds).
+    ``threads`` sets torch's CPU thread count for the call (restored afterwards). Other keyword arguments go to
+    the solver (e.g. ``tol``, ``max_steps``, ``lr`` for adam).
+    """
+    alpha = validate_alpha(alpha)
+    _validate(d, seeds, solver, n_test)
+    d, seeds = int(d), int(seeds)
+    dev = resolve_device(device)
+    n = n_of(alpha, d)
+    old_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    t_start = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    evs, svs = [], []
+    try:
+        for s in range(seed0, seed0 + seeds):
+            S0 = problem.task.target.sample(d, rng_for(s, "target"))
+            data = sample_dataset(problem, n, d, s, S0=S0)
+            res = train(problem, data, solver=solver, device=str(dev), seed=s, **trainer_options)
+            del data
+            row: dict[str, Any] = {
+                "train_error": res.train_error,
+                "objective": res.objective,
+                "penalty": res.penalty,
+                "steps": res.steps,
+                "converged": res.converged,
+                "seconds": res.seconds,
+            }
+            if np.all(np.isfinite(res.S_hat)):
+                row.update(test_errors(problem, res.S_hat, S0, s, n_test))
+                row["mse"] = mse_on_S(res.S_hat, S0)
+                row["rank"] = rank_fraction(res.S_hat, rank_tol)
+                if return_spectra:
+                    ev, sv = spectra(res.S_hat, res.W, problem.student.width(d))
+                    evs.append(ev)
+                    svs.append(sv)
+            else:  # never a silent NaN: the seed is reported as not converged and its metrics as NaN (null)
+                row["converged"] = False
+                for k in ("test_error", "test_error_sem", "test_error_clean", "test_error_clean_sem", "mse", "rank"):
+                    row[k] = float("nan")
+            rows.append(row)
+            if progress is not None:
+                keys = ("test_error", "steps", "converged", "seconds")
+                progress({"seed": s, "alpha": alpha, **{k: row[k] for k in keys}})
+    finally:
+        torch.set_num_threads(old_threads)
+
+    rec: dict[str, Any] = {
+        "alpha": alpha,
+        "alpha_bar": alpha_bar(alpha, problem.task.tokens),
+        "d": d,
+        "n": n,
+        "p": problem.student.width(d),
+        "seeds": seeds,
+        "seed0": seed0,
+        "solver": solver,
+        "device": dev.type,
+        "n_test": int(n_test),
+        **problem.options(),
+    }
+    for key in ("test_error", "test_error_clean", "train_error", "objective", "penalty", "mse", "rank", "steps"):
+        rec.update(_stats(key, [r[key] for r in rows]))
+    for key in ("test_error", "test_error_clean"):
+        values, within = np.array([r[key] for r in rows]), np.array([r[f"{key}_sem"] for r in rows])
+        rec[f"{key}_sem"] = combined_sem(values, within)
+    sec = _stats("seconds_per_seed", [r["seconds"] for r in rows])
+    rec["seconds_per_seed_mean"] = sec["seconds_per_seed_mean"]
+    rec["seconds_per_seed_std"] = sec["seconds_per_seed_std"]
+    conv = [bool(r["converged"]) for r in rows]
+    rec["converged"] = float(np.mean(conv))
+    rec["converged_all"] = all(conv)
+    rec["seconds"] = time.perf_counter() - t_start
+    if return_spectra:
+        rec["eigenvalues"] = np.array(evs) if evs else np.zeros((0, d))
+        rec["singular_values"] = np.array(svs) if svs else np.zeros((0, min(d, problem.student.width(d))))
+    return rec
