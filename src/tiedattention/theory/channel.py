@@ -179,6 +179,7 @@ class _GeneralKernel:
         self.R3, self.RR = _reduced_design(self.T)
         self.n = self.R3.shape[2]
         self.R2 = self.R3.reshape(self.T * self.T, self.n)
+        self.R2T = np.ascontiguousarray(self.R2.T)
 
     def labels(self, y: np.ndarray) -> np.ndarray:
         return y
@@ -190,7 +191,7 @@ class _GeneralKernel:
         return 12.0 * self.beta**2 * yr
 
     def _u(self, c):
-        return (self.beta * (c @ self.R2.T)).reshape(-1, self.T, self.T)
+        return (self.beta * (c @ self.R2T)).reshape(-1, self.T, self.T)
 
     def loss(self, c, lab):
         return _loss_parts(self._u(c), lab)[2]
@@ -204,7 +205,7 @@ class _GeneralKernel:
         """C (N,n,n) = sum_r (J_r R_r)^T (J0_r R_r): d(grad l)/da = -2 beta beta0 C (label y0 = softmax(beta0 R a))."""
         N, T, n = c.shape[0], self.T, self.n
         s = _softmax_rows(self._u(c))
-        y0 = _softmax_rows((beta0 * (a @ self.R2.T)).reshape(N, T, T))
+        y0 = _softmax_rows((beta0 * (a @ self.R2T)).reshape(N, T, T))
         JR = s[..., None] * (self.R3[None] - _rowmat(s, self.R3)[:, :, None, :])
         J0R = y0[..., None] * (self.R3[None] - _rowmat(y0, self.R3)[:, :, None, :])
         return np.matmul(JR.reshape(N, T * T, n).transpose(0, 2, 1), J0R.reshape(N, T * T, n))
@@ -888,9 +889,17 @@ class SoftmaxChannel:
                 # convexity certificate: where sigma * (bound on -lambda_min(H)) < 1 the prox objective is
                 # strictly convex and the start z suffices; elsewhere also start at the interpolating point
                 nonconvex = sigma * kern.negative_curvature_bound(lab) >= 1.0
-                c_int = (p.beta0 / p.beta) * a
-                starts = [b, np.where(nonconvex[:, None], c_int, b)] if nonconvex.any() else [b]
-                r = _prox_reduced(kern, b, lab, sig, starts, self.tol, self.max_iter)
+                r = _prox_reduced(kern, b, lab, sig, [b], self.tol, self.max_iter)
+                sub = np.flatnonzero(nonconvex)
+                if sub.size:  # second start (the interpolating point) only where convexity is not certified
+                    c_int = (p.beta0 / p.beta) * a[sub]
+                    r2 = _prox_reduced(kern, b[sub], lab[sub], sig[sub], [c_int], self.tol, self.max_iter)
+                    better = r2.f < r.f[sub] - 1e-14 * (1.0 + np.abs(r.f[sub]))
+                    idx = sub[better]
+                    for name in ("c", "f", "loss", "grad", "hess", "residual"):
+                        getattr(r, name)[idx] = getattr(r2, name)[better]
+                    r.start_index[idx] = 1
+                    r.iterations = max(r.iterations, r2.iterations)
             if not np.all(np.isfinite(r.c)) or not np.all(np.isfinite(r.hess)):
                 raise FloatingPointError("SoftmaxChannel.moments: non-finite prox")
             max_res = max(max_res, float(np.max(r.residual)))
