@@ -113,10 +113,13 @@ class SpectralMeasure:
         g = np.zeros(z.shape, dtype=complex)
         dg = np.zeros(z.shape, dtype=complex)
         if self.atoms.size:
-            diff = z[..., None] - self.atoms
-            inv = 1.0 / diff
-            g += inv @ self.weights
-            dg -= (inv * inv) @ self.weights
+            # blocks of points so that no (points x atoms) temporary exceeds ~2^18 entries (d up to 10^4+)
+            zf, gf, dgf = z.reshape(-1), g.reshape(-1), dg.reshape(-1)
+            step = max(1, (1 << 18) // self.atoms.size)
+            for i in range(0, zf.size, step):
+                inv = 1.0 / (zf[i : i + step, None] - self.atoms)
+                gf[i : i + step] += inv @ self.weights
+                dgf[i : i + step] -= (inv * inv) @ self.weights
         if self.mp_kappa0 is not None and self.mp_mass > 0:
             gm, dgm = mp_stieltjes(z, self.mp_kappa0)
             g += self.mp_mass * gm

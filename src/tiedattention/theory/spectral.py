@@ -34,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import optimize, special
 
-from ..targets import SpectralMeasure
+from ..targets import SpectralMeasure, mp_stieltjes
 
 __all__ = [
     "FreeConvolution",
@@ -63,14 +63,161 @@ class SpectralIntegrals:
     dI_deps: float
     rank: float
     mass: float  # int rho_delta (= 1 up to quadrature error; a check)
-    error: float  # estimated absolute quadrature error (max over the integrals)
+    error: float  # estimated absolute quadrature error (sum over the accepted panels)
     nodes: int
+    cut: float | None = None  # the cut c of a narrow student (None: c = eps)
+
+
+_BLOCK = 1 << 15  # elements of one (nodes x atoms) block: small enough to stay in cache
+_NP, _NP_CHECK = 16, 10  # Gauss nodes per panel, and the lower-order rule that checks it
+_MAX_LEVEL = 48
+_DEBUG = False
+
+
+def _mp_second_derivative(z: np.ndarray, kappa0: float) -> np.ndarray:
+    """g''(z) of the MP target law (real z off the support), by implicit differentiation of its quadratic.
+
+    With P(w, g) = c w g^2 - (w + c - 1) g + 1 (c = 1/kappa0, w = z/s, s = sqrt(kappa0)):
+    g_w = -P_w/P_g and g_ww = -(2 P_wg g_w + P_gg g_w^2)/P_g (P_ww = 0), then g_S0'' = g_ww / s^3.
+    """
+    s = np.sqrt(kappa0)
+    c = 1.0 / kappa0
+    w = np.asarray(z, dtype=complex) / s
+    g, dg = mp_stieltjes(z, kappa0)
+    gm, dgm = g * s, dg * s * s
+    p_g = 2.0 * c * w * gm - (w + c - 1.0)
+    d2gm = -(2.0 * (2.0 * c * gm - 1.0) * dgm + 2.0 * c * w * dgm**2) / p_g
+    return d2gm / s**3
+
+
+class _Kernel:
+    """Sums over mu in real arithmetic: atoms by blocked direct summation, the MP part in closed form.
+
+    Blocking keeps every temporary of shape (nodes x atoms) at ~256 kB, so a list of d = 10^4
+    eigenvalues never builds a large matrix.
+    """
+
+    def __init__(self, measure: SpectralMeasure):
+        keep = measure.weights > 0
+        self.a = np.ascontiguousarray(measure.atoms[keep])
+        self.w = np.ascontiguousarray(measure.weights[keep])
+        has_mp = measure.mp_kappa0 is not None and measure.mp_mass > 0
+        self.kappa0 = float(measure.mp_kappa0) if has_mp else None
+        self.mp_mass = float(measure.mp_mass) if has_mp else 0.0
+        self.step = max(1, _BLOCK // max(self.a.size, 1))
+
+    def _blocks(self, n: int):
+        for i in range(0, n, self.step):
+            yield slice(i, min(i + self.step, n))
+
+    def phi(self, u: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """phi = int dmu/((u-x)^2 + s) and dphi/ds (s = v^2 > 0)."""
+        phi = np.zeros(u.shape)
+        dphi = np.zeros(u.shape)
+        if self.a.size:
+            for sl in self._blocks(u.size):
+                r = u[sl, None] - self.a
+                np.multiply(r, r, out=r)
+                r += s[sl, None]
+                np.reciprocal(r, out=r)
+                phi[sl] = r @ self.w
+                np.multiply(r, r, out=r)
+                dphi[sl] = -(r @ self.w)
+        if self.kappa0 is not None:
+            v = np.sqrt(s)
+            g, dg = mp_stieltjes(u + 1j * v, self.kappa0)
+            phi += self.mp_mass * (-g.imag / v)
+            dphi += self.mp_mass * (-dg.real / v + g.imag / s) / (2.0 * v)
+        return phi, dphi
+
+    def g_dg(self, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """g(u + iv) and g'(u + iv) (v > 0, or v = 0 off the support)."""
+        s = v * v
+        re_g, im_g = np.zeros(u.shape), np.zeros(u.shape)
+        re_dg, im_dg = np.zeros(u.shape), np.zeros(u.shape)
+        if self.a.size:
+            for sl in self._blocks(u.size):
+                r = u[sl, None] - self.a
+                den = r * r
+                den += s[sl, None]
+                np.reciprocal(den, out=den)  # D
+                rd = r * den  # r D
+                re_g[sl] = rd @ self.w
+                im_g[sl] = -v[sl] * (den @ self.w)
+                im_dg[sl] = 2.0 * v[sl] * ((rd * den) @ self.w)
+                np.multiply(den, den, out=den)  # D^2
+                np.multiply(rd, rd, out=rd)  # r^2 D^2
+                re_dg[sl] = s[sl] * (den @ self.w) - rd @ self.w
+        g = re_g + 1j * im_g
+        dg = re_dg + 1j * im_dg
+        if self.kappa0 is not None:
+            gm, dgm = mp_stieltjes(u + 1j * v, self.kappa0)
+            g = g + self.mp_mass * gm
+            dg = dg + self.mp_mass * dgm
+        return g, dg
+
+    def real_axis(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Re g(u), F(u) = int dmu/(u-x)^2 and F'(u) for real u outside supp mu."""
+        g = np.zeros(u.shape)
+        f = np.zeros(u.shape)
+        df = np.zeros(u.shape)
+        if self.a.size:
+            for sl in self._blocks(u.size):
+                inv = 1.0 / (u[sl, None] - self.a)
+                g[sl] = inv @ self.w
+                inv2 = inv * inv
+                f[sl] = inv2 @ self.w
+                df[sl] = -2.0 * ((inv2 * inv) @ self.w)
+        if self.kappa0 is not None:
+            z = u + 0j
+            gm, dgm = mp_stieltjes(z, self.kappa0)
+            g += self.mp_mass * gm.real
+            f += self.mp_mass * (-dgm.real)
+            df += self.mp_mass * (-_mp_second_derivative(z, self.kappa0).real)
+        return g, f, df
+
+
+def _vec_root(fun, a: np.ndarray, b: np.ndarray, maxiter: int = 200) -> np.ndarray:
+    """Roots of fun (returns f, f') on brackets [a, b] with a sign change: safeguarded Newton, vectorised.
+
+    ``a`` and ``b`` need not be ordered; the function is only assumed continuous and monotone-ish
+    (bisection guards every Newton step that leaves the current bracket).
+    """
+    a = np.asarray(a, float).copy()
+    b = np.asarray(b, float).copy()
+    fa, _ = fun(a)
+    neg = np.where(fa < 0, a, b)  # end where f < 0
+    pos = np.where(fa < 0, b, a)
+    x = 0.5 * (neg + pos)
+    out = x.copy()
+    act = np.arange(x.size)
+    for _ in range(maxiter):
+        if act.size == 0:
+            break
+        xa = x[act]
+        f, df = fun(xa)
+        n_, p_ = neg[act], pos[act]
+        n_ = np.where(f < 0, xa, n_)
+        p_ = np.where(f > 0, xa, p_)
+        neg[act], pos[act] = n_, p_
+        with np.errstate(divide="ignore", invalid="ignore"):
+            xn = xa - f / df
+        lo, hi = np.minimum(n_, p_), np.maximum(n_, p_)
+        bad = ~np.isfinite(xn) | (xn <= lo) | (xn >= hi)
+        xn = np.where(bad, 0.5 * (lo + hi), xn)
+        tol = 4e-16 * np.maximum(np.abs(xn), 1e-300)
+        done = (f == 0) | (np.abs(xn - xa) <= tol) | (hi - lo <= tol)
+        x[act] = np.where(f == 0, xa, xn)
+        out[act] = x[act]
+        act = act[~done]
+    return out
 
 
 class FreeConvolution:
     """rho_delta = mu boxplus semicircle(delta^2) for a :class:`SpectralMeasure` mu.
 
     Construct once per (measure, delta); all methods are deterministic. ``delta > 0``.
+    ``rtol`` is the target accuracy of the spectral integrals relative to max(1, their size).
     """
 
     def __init__(self, measure: SpectralMeasure, delta: float, rtol: float = 1e-12):
@@ -80,56 +227,69 @@ class FreeConvolution:
         self.delta = float(delta)
         self.t = self.delta**2
         self.rtol = rtol
+        self.kernel = _Kernel(measure)
+        self._m1, self._m2 = measure.moment(1), measure.moment(2)
         self.intervals_u = self._support_u()
+        lo = np.array([i[0] for i in self.intervals_u])
+        hi = np.array([i[1] for i in self.intervals_u])
+        self._ulo, self._uhi = lo, hi
+        self._ylo, self._yhi = self._psi_real(lo), self._psi_real(hi)
 
     # ------------------------------------------------------------------ subordination -----------
     def _phi0(self, u: np.ndarray) -> np.ndarray:
         """F(u) = int dmu/(u-x)^2 = -g'(u) for real u outside supp mu."""
-        _, dg = self.measure.stieltjes(np.asarray(u, dtype=float) + 0j)
-        return -dg.real
+        return self.kernel.real_axis(np.atleast_1d(np.asarray(u, dtype=float)))[1]
+
+    def _psi_real(self, u: np.ndarray) -> np.ndarray:
+        """psi(u) = u + t Re g(u) where v(u) = 0 (outside the support intervals, and at their edges)."""
+        u = np.atleast_1d(np.asarray(u, dtype=float))
+        return u + self.t * self.kernel.real_axis(u)[0]
 
     def solve_v(self, u: np.ndarray) -> np.ndarray:
         """v(u) >= 0 for an array of u inside the support intervals (vectorised safeguarded Newton).
 
         Solves h(s) = t for s = v^2, where h(s) = 1/phi(u, sqrt s) is the harmonic mean of
         (u-x)^2 + s: concave and increasing in s, with s <= h(s) <= s + int (u-x)^2 dmu, so the root
-        lies in [max(0, t - A), t] with A = int (u - x)^2 dmu. Newton from the left end of the bracket
-        converges monotonically for a concave increasing function; bisection guards the first steps.
+        lies in [max(0, t - A), t] with A = int (u - x)^2 dmu. Newton from the left of the root converges
+        monotonically for a concave increasing function; bisection guards it. Only the nodes that have
+        not converged are iterated.
         """
-        u = np.asarray(u, dtype=float)
+        u = np.atleast_1d(np.asarray(u, dtype=float))
         t = self.t
-        m1, m2 = self.measure.moment(1), self.measure.moment(2)
-        a_var = u**2 - 2 * u * m1 + m2
+        a_var = np.maximum(u**2 - 2 * u * self._m1 + self._m2, 0.0)
         lo = np.maximum(t - a_var, 0.0)
         hi = np.full_like(u, t)
-        s = 0.5 * (lo + hi)
+        # start at the left end of the bracket (h(lo) <= t; inside the support h(0) = 1/F(u) <= t), from
+        # where Newton on the concave h increases monotonically to the root
+        s = np.maximum(lo, 1e-16 * t)  # (s > 0: the MP part's phi = -Im g/v needs v > 0)
+        act = np.arange(u.size)
         for _ in range(200):
-            v = np.sqrt(s)
-            z = u + 1j * v
-            g, dg = self.measure.stieltjes(z)
-            phi = -g.imag / v
-            h = 1.0 / phi
-            f = h - t
-            # dphi/ds = (dphi/dv)/(2v); dphi/dv = -Re g'/v + Im g/v^2
-            dphi_dv = -dg.real / v + g.imag / v**2
-            dh_ds = -(dphi_dv / (2 * v)) / phi**2
-            lo = np.where(f < 0, s, lo)
-            hi = np.where(f > 0, s, hi)
-            s_new = s - f / dh_ds
-            bad = ~np.isfinite(s_new) | (s_new <= lo) | (s_new >= hi)
-            s_new = np.where(bad, 0.5 * (lo + hi), s_new)
-            done = np.abs(s_new - s) <= 1e-15 * np.maximum(s, 1e-300) + 1e-300
-            s = s_new
-            if np.all(done | (hi - lo <= 4e-16 * hi)):
+            if act.size == 0:
                 break
+            sa = s[act]
+            phi, dphi = self.kernel.phi(u[act], sa)
+            f = 1.0 / phi - t
+            dh = -dphi / phi**2
+            lo_a = np.where(f < 0, sa, lo[act])
+            hi_a = np.where(f > 0, sa, hi[act])
+            lo[act], hi[act] = lo_a, hi_a
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sn = sa - f / dh
+            bad = ~np.isfinite(sn) | (sn < lo_a) | (sn > hi_a)
+            sn = np.where(bad, 0.5 * (lo_a + hi_a), sn)
+            # quadratic convergence: a relative step below 1e-9 leaves an error below ~1e-18 after it,
+            # and stops the iteration before rounding noise in f can make it cycle
+            done = (np.abs(sn - sa) <= 1e-9 * sn) | (hi_a - lo_a <= 4e-16 * hi_a) | (f == 0)
+            s[act] = sn
+            act = act[~done]
         return np.sqrt(s)
 
     def _at(self, u: np.ndarray) -> dict[str, np.ndarray]:
         """y = psi(u), density rho_delta(y), Re g_delta(y), dpsi/du at the points u (v > 0)."""
         t = self.t
+        u = np.atleast_1d(np.asarray(u, dtype=float))
         v = self.solve_v(u)
-        z = u + 1j * v
-        g, dg = self.measure.stieltjes(z)
+        g, dg = self.kernel.g_dg(u, v)
         y = u + t * g.real
         # v'(u) from phi(u, v(u)) = 1/t
         dphi_du = -dg.imag / v
@@ -146,8 +306,7 @@ class FreeConvolution:
         if np.any(inside):
             out[inside] = self._at(u[inside])["y"]
         if np.any(~inside):
-            g, _ = self.measure.stieltjes(u[~inside] + 0j)
-            out[~inside] = u[~inside] + self.t * g.real
+            out[~inside] = self._psi_real(u[~inside])
         return out
 
     def _inside(self, u: np.ndarray) -> np.ndarray:
@@ -159,183 +318,416 @@ class FreeConvolution:
     # ------------------------------------------------------------------ support ----------------
     def _components(self) -> list[tuple[float, float]]:
         """Connected components of supp mu as closed intervals (atoms are degenerate intervals)."""
-        comps = [(float(a), float(a)) for a in self.measure.point_masses()[0]]
-        comps += [(float(lo), float(hi)) for lo, hi in self.measure.support_intervals()]
+        return [(lo, hi) for lo, hi, _ in self._components_with_mass()]
+
+    def _components_with_mass(self) -> list[tuple[float, float, float]]:
+        """(lo, hi, mu-mass) of the components of supp mu; for a continuous part the mass is nan."""
+        atoms, masses = self.measure.point_masses()
+        comps = [(float(a), float(a), float(m)) for a, m in zip(atoms, masses, strict=True) if m > 0]
+        comps += [(float(lo), float(hi), np.nan) for lo, hi in self.measure.support_intervals()]
         comps.sort()
-        merged: list[tuple[float, float]] = []
-        for lo, hi in comps:
+        merged: list[tuple[float, float, float]] = []
+        for lo, hi, m in comps:
             if merged and lo <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+                merged[-1] = (merged[-1][0], max(merged[-1][1], hi), np.nan)
             else:
-                merged.append((lo, hi))
+                merged.append((lo, hi, m))
         return merged
 
     def _support_u(self) -> list[tuple[float, float]]:
         """Intervals of u where v(u) > 0 (their images under psi are the bulks of rho_delta).
 
-        F(u) = int dmu/(u-x)^2 blows up at every component of supp mu (atoms, and square-root or hard
-        edges of densities) and is convex in every gap, so each gap holds zero or two edges and each
-        side of the support one.
+        F(u) = int dmu/(u-x)^2 blows up at every component of supp mu (atoms, and square-root edges of
+        densities) and is convex in every gap, so each gap holds zero or two edges and each side one.
+        A gap between two atoms of masses w1, w2 at distance D has F >= 8 min(w1, w2)/D^2, so only gaps
+        with D^2 > 8 min(w) t can open; the others are skipped. For the remaining ones (vectorised):
+        bisection on the sign of F' with tangent lower bounds decides open (a point with F < 1/t) or
+        closed (the tangents at both ends of the bracket meet above 1/t). Edges are the roots of
+        F^{-1/2} = delta, found by safeguarded Newton with the exact F'.
         """
-        inv_t = 1.0 / self.t
-        comps = self._components()
+        comps = self._components_with_mass()
+        lo_c = np.array([c[0] for c in comps])
+        hi_c = np.array([c[1] for c in comps])
+        mass = np.array([c[2] for c in comps])
+        t, inv_t = self.t, 1.0 / self.t
+        kern = self.kernel
 
-        def f(u: float) -> float:
-            return float(self._phi0(np.array([u]))[0]) - inv_t
+        def g_fun(u):
+            _, f, df = kern.real_axis(u)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                val = 1.0 / np.sqrt(f)
+                return val - self.delta, -0.5 * val**3 * df
 
-        sd = np.sqrt(self.t)
+        gl, gr = hi_c[:-1], lo_c[1:]
+        width = gr - gl
+        atom_gap = np.isfinite(mass[:-1]) & np.isfinite(mass[1:])
+        wmin = np.fmin(mass[:-1], mass[1:])
+        cand = (width > 0) & (~atom_gap | (width**2 > 8.0 * wmin * t))
+        idx = np.flatnonzero(cand)
+        pts = self._open_points(gl[idx], gr[idx], inv_t)
+        open_ = np.isfinite(pts)
+        idx, pts = idx[open_], pts[open_]
 
-        def approach(x: float, direction: float, limit: float = np.inf) -> float:
-            """A point next to the component at x (on the given side, within ``limit``) where F > 1/t."""
-            h = min(sd, 0.5 * limit)
-            floor = 1e-15 * max(1.0, abs(x))
-            while h > floor:
-                if f(x + direction * h) > 0:
-                    return x + direction * h
-                h *= 0.25
-            return x + direction * floor
+        def near(x, direction):
+            return x + direction * np.maximum(1e-13 * np.maximum(np.abs(x), 1.0), 1e-300)
 
-        def away(x: float, direction: float) -> float:
-            """A point beyond the support on the given side where F < 1/t."""
-            h = sd
-            while f(x + direction * h) > 0:
-                h *= 2
-            return x + direction * h
+        # all brackets at once: outer left, outer right, then (left, right) edge of every open gap
+        a_list = [np.array([lo_c[0] - 2 * self.delta]), np.array([near(hi_c[-1], 1.0)])]
+        b_list = [np.array([near(lo_c[0], -1.0)]), np.array([hi_c[-1] + 2 * self.delta])]
+        a_list += [near(gl[idx], 1.0), pts]
+        b_list += [pts, near(gr[idx], -1.0)]
+        a = np.concatenate(a_list)
+        b = np.concatenate(b_list)
+        # the end next to a component must have F > 1/t (G < 0); if not, the edge is that end
+        ga, _ = g_fun(a)
+        gb, _ = g_fun(b)
+        ok = np.sign(ga) != np.sign(gb)
+        roots = np.where(np.abs(ga) < np.abs(gb), a, b)
+        if np.any(ok):
+            roots[ok] = _vec_root(g_fun, a[ok], b[ok])
+        k = idx.size
+        edges = np.concatenate([[roots[0]], np.ravel(np.column_stack([roots[2 : 2 + k], roots[2 + k :]])),
+                                [roots[1]]])
+        return [(float(edges[i]), float(edges[i + 1])) for i in range(0, edges.size, 2)]
 
-        lo0, hi_last = comps[0][0], comps[-1][1]
-        edges = [_root_between(f, away(lo0, -1), approach(lo0, -1))]
-        for (_, a_hi), (b_lo, _) in zip(comps[:-1], comps[1:], strict=True):
-            width = b_lo - a_hi
-            if width <= 0:
-                continue
-            res = optimize.minimize_scalar(
-                lambda u: self._phi0(np.array([u]))[0],
-                bounds=(a_hi + 1e-9 * width, b_lo - 1e-9 * width),
-                method="bounded",
-                options={"xatol": 1e-14 * max(1.0, abs(a_hi))},
-            )
-            if res.fun >= inv_t:
-                continue
-            edges.append(_root_between(f, approach(a_hi, +1, res.x - a_hi), res.x))
-            edges.append(_root_between(f, res.x, approach(b_lo, -1, b_lo - res.x)))
-        edges.append(_root_between(f, approach(hi_last, +1), away(hi_last, +1)))
-        return [(edges[i], edges[i + 1]) for i in range(0, len(edges), 2)]
+    def _open_points(self, a: np.ndarray, b: np.ndarray, level: float) -> np.ndarray:
+        """For convex F on gaps (a, b) (F -> inf at both ends): a point with F < level, or nan if none."""
+        out = np.full(a.size, np.nan)
+        if a.size == 0:
+            return out
+        w = b - a
+        lo, hi = a + 1e-9 * w, b - 1e-9 * w
+        _, flo, dlo = self.kernel.real_axis(lo)
+        _, fhi, dhi = self.kernel.real_axis(hi)
+        act = np.arange(a.size)
+        for it in range(300):
+            if act.size == 0:
+                break
+            l_, h_ = lo[act], hi[act]
+            fl, dl, fh, dh = flo[act], dlo[act], fhi[act], dhi[act]
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                ux = (fh - fl + dl * l_ - dh * h_) / (dl - dh)
+                bound = fl + dl * (ux - l_)
+            closed = np.isfinite(bound) & (bound >= level)
+            mid = 0.5 * (l_ + h_)
+            if it % 2:
+                span = h_ - l_
+                trial = np.where(np.isfinite(ux), np.clip(ux, l_ + 0.05 * span, h_ - 0.05 * span), mid)
+            else:
+                trial = mid
+            _, ft, dt = self.kernel.real_axis(trial)
+            found = (ft < level) & ~closed
+            out[act[found]] = trial[found]
+            left = dt < 0
+            lo[act] = np.where(left, trial, l_)
+            flo[act] = np.where(left, ft, fl)
+            dlo[act] = np.where(left, dt, dl)
+            hi[act] = np.where(left, h_, trial)
+            fhi[act] = np.where(left, fh, ft)
+            dhi[act] = np.where(left, dh, dt)
+            tiny = (hi[act] - lo[act]) <= 1e-14 * np.maximum(np.abs(lo[act]), 1.0)
+            act = act[~(closed | found | tiny)]
+        return out
 
     # ------------------------------------------------------------------ quadrature -------------
     def _rule(self, lo: float, hi: float, lo_edge: bool, n: int) -> dict[str, np.ndarray]:
-        """Nodes on [lo, hi] in u with weights including the Jacobian, density and sqrt edge factors.
+        """One Gauss-Jacobi rule on [lo, hi] in u (right end an edge; left end an edge if ``lo_edge``).
 
-        Returns y, weights w (so that int F(y) rho_delta(y) dy ~ sum w F(y)), Re g at nodes.
+        Returns y, weights w (so that int F(y) rho_delta(y) dy ~ sum w F(y)), Re g at the nodes.
         """
-        a_exp = 0.5  # right end is always an edge
-        b_exp = 0.5 if lo_edge else 0.0
-        x, wj = _jacobi_rule(n, a_exp, b_exp)
+        r = self._panel_nodes(np.array([lo]), np.array([hi]), np.array([0.5 if lo_edge else 0.0]),
+                              np.array([0.5]), n)
+        return {"y": r["y"][0], "w": r["w"][0], "re_g": r["re_g"][0], "u": r["u"][0]}
+
+    def _panel_nodes(self, lo, hi, eb, ea, n: int) -> dict[str, np.ndarray]:
+        """n-point Gauss-Jacobi rules on panels [lo_k, hi_k] with weight (1-x)^ea (1+x)^eb (ea: right end).
+
+        Returns arrays of shape (panels, n): u, y, re_g and weights w including rho_delta and dpsi/du.
+        """
+        npan = lo.size
+        xs = np.empty((npan, n))
+        ws = np.empty((npan, n))
+        for ea_, eb_ in {(float(x), float(y)) for x, y in zip(ea, eb, strict=True)}:
+            sel = (ea == ea_) & (eb == eb_)
+            x, wj = _jacobi_rule(n, ea_, eb_)
+            xs[sel] = x
+            ws[sel] = wj / ((1.0 - x) ** ea_ * (1.0 + x) ** eb_)
         half = 0.5 * (hi - lo)
-        u = lo + half * (x + 1.0)
-        pts = self._at(u)
-        # weight function (1-x)^a (1+x)^b already in wj; divide it out of the integrand
-        wfun = (1.0 - x) ** a_exp * (1.0 + x) ** b_exp
-        w = wj * half * pts["rho"] * pts["dpsi"] / wfun
-        return {"y": pts["y"], "w": w, "re_g": pts["re_g"]}
+        u = lo[:, None] + half[:, None] * (xs + 1.0)
+        pts = self._at(u.ravel())
+        shape = u.shape
+        w = ws * half[:, None] * (pts["rho"] * pts["dpsi"]).reshape(shape)
+        return {"u": u, "y": pts["y"].reshape(shape), "re_g": pts["re_g"].reshape(shape), "w": w}
+
+    def adaptive(self, pieces, tests, rtol: float | None = None) -> dict:
+        """Adaptive composite Gauss-Jacobi quadrature over pieces [(u_lo, u_hi, eb, ea), ...] in u.
+
+        ``tests(y, re_g)`` returns the (K, ...) integrands; a panel is accepted when its 16-node and
+        10-node rules agree to rtol * max(1, |totals|) * (panel length / total length), else it is halved
+        (the halves inherit the edge exponents of their outer ends). Returns totals (K,), the error
+        estimate (sum of the accepted panels' disagreements), the number of nodes, and the accepted panels
+        with their nodes (u, y, re_g, w) for reuse.
+        """
+        rtol = self.rtol if rtol is None else rtol
+        if not pieces:
+            return {"totals": None, "error": 0.0, "nodes": 0, "panels": None}
+        lo = np.array([p[0] for p in pieces], float)
+        hi = np.array([p[1] for p in pieces], float)
+        eb = np.array([p[2] for p in pieces], float)
+        ea = np.array([p[3] for p in pieces], float)
+        total_len = float(np.sum(hi - lo))
+        acc = {"lo": [], "hi": [], "eb": [], "ea": [], "u": [], "y": [], "re_g": [], "w": [], "q": []}
+        totals = None
+        error = 0.0
+        nodes = 0
+        scale = None
+        for level in range(_MAX_LEVEL + 1):
+            r = self._panel_nodes(lo, hi, eb, ea, _NP)
+            r2 = self._panel_nodes(lo, hi, eb, ea, _NP_CHECK)
+            nodes += lo.size * (_NP + _NP_CHECK)
+            tv = np.asarray(tests(r["y"], r["re_g"]))
+            q = np.einsum("kpn,pn->pk", tv, r["w"])
+            q2 = np.einsum("kpn,pn->pk", np.asarray(tests(r2["y"], r2["re_g"])), r2["w"])
+            if scale is None:
+                scale = max(1.0, float(np.max(np.abs(q.sum(axis=0)))))
+            diff = np.max(np.abs(q - q2), axis=1)
+            # target share of this panel, plus the rounding floor of its sums
+            roundoff = 1e-13 * np.max(np.einsum("kpn,pn->pk", np.abs(tv), np.abs(r["w"])), axis=1)
+            # (no panel is asked for more than 1% of the total tolerance: near edges v is only known to
+            # rounding relative to t, which would otherwise refine the edge panels for ever)
+            thr = rtol * scale * np.maximum((hi - lo) / total_len, 0.01) + roundoff
+            if _DEBUG:
+                print("level", level, lo.size, np.sum(diff > thr))
+            ok = (diff <= thr) | (level == _MAX_LEVEL)
+            for key, val in (("lo", lo), ("hi", hi), ("eb", eb), ("ea", ea), ("u", r["u"]), ("y", r["y"]),
+                             ("re_g", r["re_g"]), ("w", r["w"]), ("q", q)):
+                acc[key].append(val[ok])
+            error += float(diff[ok].sum())
+            totals = q[ok].sum(axis=0) if totals is None else totals + q[ok].sum(axis=0)
+            if np.all(ok):
+                break
+            bad = ~ok
+            mid = 0.5 * (lo[bad] + hi[bad])
+            lo, hi = np.concatenate([lo[bad], mid]), np.concatenate([mid, hi[bad]])
+            eb = np.concatenate([eb[bad], np.zeros(mid.size)])
+            ea = np.concatenate([np.zeros(mid.size), ea[bad]])
+        panels = {k: np.concatenate(v) for k, v in acc.items()}
+        order = np.argsort(panels["lo"])
+        panels = {k: v[order] for k, v in panels.items()}
+        return {"totals": totals, "error": error, "nodes": nodes, "panels": panels}
+
+    def _u_of_y_vec(self, y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Inverse of psi on support intervals [lo_k, hi_k] (psi increasing there): vectorised Newton
+        with the exact dpsi/du, guarded by bisection."""
+        y = np.asarray(y, float)
+
+        def fun(u, idx):
+            p = self._at(u)
+            return p["y"] - y[idx], p["dpsi"]
+
+        span = hi - lo
+        return _vec_root_indexed(fun, lo + 1e-15 * span, hi - 1e-15 * span)
 
     def _u_of_y(self, y: float, lo: float, hi: float) -> float:
         """Inverse of psi on one support interval (psi is increasing)."""
-        return _root_between(lambda u: self.psi(np.array([u]))[0] - y, lo, hi)
+        return float(self._u_of_y_vec(np.array([y]), np.array([lo]), np.array([hi]))[0])
 
-    def integrals(self, eps: float, n0: int = 48, n_max: int = 6144) -> SpectralIntegrals:
-        """I, dI/ddelta, dI/deps, rank at threshold eps, with adaptive node doubling."""
+    def _pieces_above(self, c: float) -> list[tuple[float, float, float, float]]:
+        """Pieces (u_lo, u_hi, eb, ea) of the support where y > c (the cut point is not an edge)."""
         pieces = []
-        for lo, hi in self.intervals_u:
-            y_hi = self.psi(np.array([hi]))[0]
-            if y_hi <= eps:
+        cut_int = np.flatnonzero((self._ylo < c) & (self._yhi > c))
+        u_c = {}
+        if cut_int.size:
+            uc = self._u_of_y_vec(np.full(cut_int.size, float(c)), self._ulo[cut_int], self._uhi[cut_int])
+            u_c = dict(zip(cut_int.tolist(), uc.tolist(), strict=True))
+        for k, (lo, hi) in enumerate(self.intervals_u):
+            if self._yhi[k] <= c:
                 continue
-            y_lo = self.psi(np.array([lo]))[0]
-            if y_lo >= eps:
-                pieces.append((lo, hi, True))
+            if k in u_c:
+                pieces.append((u_c[k], hi, 0.0, 0.5))
             else:
-                pieces.append((self._u_of_y(eps, lo, hi), hi, False))
-        total = np.zeros(5)
-        err = 0.0
-        nodes = 0
-        for lo, hi, lo_edge in pieces:
-            n = n0
-            prev = self._piece(lo, hi, lo_edge, n, eps)
-            while True:
-                n *= 2
-                cur = self._piece(lo, hi, lo_edge, n, eps)
-                diff = np.max(np.abs(cur - prev))
-                if diff <= self.rtol * max(1.0, np.max(np.abs(cur))) or n >= n_max:
-                    break
-                prev = cur
-            total += cur
-            err = max(err, diff)
-            nodes += n
-        mass = self.mass()
+                pieces.append((lo, hi, 0.5, 0.5))
+        return pieces
+
+    def integrals(self, eps: float, cut: float | None = None, n0: int | None = None,
+                  n_max: int | None = None) -> SpectralIntegrals:
+        """I, dI/ddelta, dI/deps and the rank at threshold eps (adaptive composite quadrature).
+
+        With ``cut`` (narrow students): the integrals of f(y) = (y - eps) 1[y > c], c = max(eps, cut),
+        are returned in the same fields: I = int f^2 rho, dI_deps = -2 int f rho, dI_ddelta =
+        4 delta int f rho Re g, rank = int_{y > c} rho (they are derivatives of I only when c = eps).
+        """
+        c = float(eps) if cut is None else max(float(eps), float(cut))
+        pieces = self._pieces_above(c)
+
+        def tests(y, re_g):
+            f = y - eps
+            return [f * f, f, f * re_g, np.ones_like(y)]
+
+        res = self.adaptive(pieces, tests)
+        tot = res["totals"] if res["totals"] is not None else np.zeros(4)
         return SpectralIntegrals(
             delta=self.delta,
             eps=float(eps),
-            I=float(total[0]),
-            dI_ddelta=float(4.0 * self.delta * total[2]),
-            dI_deps=float(-2.0 * total[1]),
-            rank=float(total[3]),
-            mass=mass,
-            error=float(err),
-            nodes=nodes,
+            I=float(tot[0]),
+            dI_ddelta=float(4.0 * self.delta * tot[2]),
+            dI_deps=float(-2.0 * tot[1]),
+            rank=float(tot[3]),
+            mass=1.0,
+            error=float(res["error"]),
+            nodes=int(res["nodes"]),
+            cut=c,
         )
 
-    def _piece(self, lo: float, hi: float, lo_edge: bool, n: int, eps: float) -> np.ndarray:
-        r = self._rule(lo, hi, lo_edge, n)
-        yp = np.maximum(r["y"] - eps, 0.0)
-        w = r["w"]
-        return np.array([w @ yp**2, w @ yp, w @ (yp * r["re_g"]), w.sum(), 0.0])
+    # ------------------------------------------------------------------ quantiles --------------
+    def quantile(self, tail: float) -> float:
+        """y_q with int_{y > y_q} rho_delta = tail (0 < tail < 1): the cut of a rank-tail*d student."""
+        if not 0.0 < tail < 1.0:
+            raise ValueError(f"tail mass must be in (0, 1) (got {tail})")
+        full = self._full_rule()
+        p = full["panels"]
+        pm = p["q"][:, 0]
+        above = np.cumsum(pm[::-1])[::-1] - pm  # mass of the panels to the right of each panel
+        k = int(np.flatnonzero(above + pm >= tail)[-1])
+        lo, hi, eb, ea = p["lo"][k], p["hi"][k], p["eb"][k], p["ea"][k]
+        target = tail - above[k]
+
+        def panel_tail(u):
+            r = self._panel_nodes(np.array([u]), np.array([hi]), np.array([0.0]), np.array([ea]), _NP)
+            return float(r["w"].sum())
+
+        def fun(u):
+            return panel_tail(u) - target
+
+        a, b = lo, hi
+        fa = pm[k] - target
+        if fa <= 0:
+            return float(self._psi_in(lo))
+        u = optimize.brentq(fun, a + 1e-15 * (b - a), b, xtol=1e-15 * max(1.0, abs(b)), rtol=1e-15)
+        del eb
+        return float(self._psi_in(u))
+
+    def _psi_in(self, u: float) -> float:
+        return float(self.psi(np.array([u]))[0])
+
+    def _full_rule(self) -> dict:
+        if not hasattr(self, "_full"):
+            pieces = [(lo, hi, 0.5, 0.5) for lo, hi in self.intervals_u]
+            self._full = self.adaptive(pieces, lambda y, rg: [np.ones_like(y), y, y * y, y**3, y**4])
+        return self._full
 
     # ------------------------------------------------------------------ densities, moments -----
-    def moments(self, kmax: int = 4, n: int = 512) -> np.ndarray:
-        """int y^k rho_delta(y) dy for k = 0..kmax (quadrature)."""
-        out = np.zeros(kmax + 1)
-        for lo, hi in self.intervals_u:
-            r = self._rule(lo, hi, True, n)
-            for k in range(kmax + 1):
-                out[k] += r["w"] @ r["y"] ** k
-        return out
+    def moments(self, kmax: int = 4, n: int | None = None) -> np.ndarray:
+        """int y^k rho_delta(y) dy for k = 0..kmax (adaptive quadrature)."""
+        if kmax <= 4:
+            return self._full_rule()["totals"][: kmax + 1].copy()
+        pieces = [(lo, hi, 0.5, 0.5) for lo, hi in self.intervals_u]
+        return self.adaptive(pieces, lambda y, rg: [y**k for k in range(kmax + 1)])["totals"]
 
-    def mass(self, n: int = 256) -> float:
-        return float(self.moments(0, n)[0])
+    def mass(self, n: int | None = None) -> float:
+        return float(self.moments(0)[0])
 
     def support(self) -> list[tuple[float, float]]:
         """Bulks of rho_delta in y: [(y_lo, y_hi), ...]."""
-        return [
-            (float(self.psi(np.array([lo]))[0]), float(self.psi(np.array([hi]))[0]))
-            for lo, hi in self.intervals_u
-        ]
+        return [(float(a), float(b)) for a, b in zip(self._ylo, self._yhi, strict=True)]
+
+    def bulks(self) -> list[dict]:
+        """Components of supp rho_delta: y interval, u interval, mass (= the mu-mass of the u interval,
+        exact: free convolution with the semicircle maps each component onto one of rho_delta with the same
+        mass), and the number of atoms of mu inside (1 for the bump of an isolated eigenvalue)."""
+        atoms, masses = self.measure.point_masses()
+        out = []
+        cont = self.measure.support_intervals()
+        cont_mass = 0.0
+        if self.kernel.kappa0 is not None:
+            cont_mass = self.kernel.mp_mass * min(1.0, self.kernel.kappa0)
+        for k, (lo, hi) in enumerate(self.intervals_u):
+            inside = (atoms > lo) & (atoms < hi)
+            m = float(masses[inside].sum())
+            n_cont = sum(1 for a, b in cont if a > lo and b < hi)
+            m += cont_mass * n_cont
+            out.append({"y_lo": float(self._ylo[k]), "y_hi": float(self._yhi[k]), "u_lo": lo, "u_hi": hi,
+                        "mass": m, "atoms": atoms[inside], "continuous": bool(n_cont)})
+        return out
 
     def density(self, y: np.ndarray) -> np.ndarray:
         """rho_delta(y) on an array of y (0 outside the support)."""
         y = np.atleast_1d(np.asarray(y, dtype=float))
         out = np.zeros_like(y)
-        for lo, hi in self.intervals_u:
-            ylo, yhi = self.psi(np.array([lo]))[0], self.psi(np.array([hi]))[0]
-            sel = (y > ylo) & (y < yhi)
-            for i in np.flatnonzero(sel):
-                u = self._u_of_y(y[i], lo, hi)
-                out[i] = self.solve_v(np.array([u]))[0] / (np.pi * self.t)
+        k = self._interval_of(y)
+        sel = np.flatnonzero(k >= 0)
+        if sel.size:
+            u = self._u_of_y_vec(y[sel], self._ulo[k[sel]], self._uhi[k[sel]])
+            out[sel] = self.solve_v(u) / (np.pi * self.t)
         return out
 
-    def cdf(self, y: np.ndarray, n: int = 256) -> np.ndarray:
+    def _interval_of(self, y: np.ndarray) -> np.ndarray:
+        k = np.full(y.shape, -1)
+        for i in range(self._ylo.size):
+            k[(y > self._ylo[i]) & (y < self._yhi[i])] = i
+        return k
+
+    def cdf(self, y: np.ndarray, n: int | None = None) -> np.ndarray:
         """Distribution function of rho_delta at the points y."""
         y = np.atleast_1d(np.asarray(y, dtype=float))
+        p = self._full_rule()["panels"]
+        cum = np.concatenate([[0.0], np.cumsum(p["q"][:, 0])])  # mass left of panel k = cum[k]
+        y_panel_hi = np.array([]) if p["hi"].size == 0 else self.psi(p["hi"])
         out = np.zeros_like(y)
-        for lo, hi in self.intervals_u:
-            ylo, yhi = self.psi(np.array([lo]))[0], self.psi(np.array([hi]))[0]
-            full = self._rule(lo, hi, True, n)["w"].sum()
-            out += np.where(y >= yhi, full, 0.0)
-            inside = np.flatnonzero((y > ylo) & (y < yhi))
-            for i in inside:
-                uc = self._u_of_y(y[i], lo, hi)
-                # integral over [uc, hi] (right edge only), subtract from the full bulk mass
-                r = self._rule(uc, hi, False, n)
-                out[i] += full - r["w"].sum()
+        # points beyond whole panels
+        k = self._interval_of(y)
+        out = np.interp(y, np.concatenate([[-np.inf], y_panel_hi]), cum)  # step approx, refined below
+        for i in range(self._ylo.size):
+            out[y >= self._yhi[i]] = np.maximum(out[y >= self._yhi[i]], 0.0)
+        inside = np.flatnonzero(k >= 0)
+        if inside.size:
+            u = self._u_of_y_vec(y[inside], self._ulo[k[inside]], self._uhi[k[inside]])
+            j = np.searchsorted(p["hi"], u)  # panel index containing u
+            j = np.minimum(j, p["hi"].size - 1)
+            lo = p["lo"][j]
+            r = self._panel_nodes(lo, u, p["eb"][j], np.zeros(j.size), _NP)
+            out[inside] = cum[j] + r["w"].sum(axis=1)
+        below = np.flatnonzero(k < 0)
+        if below.size:
+            # outside the support: total mass of the panels whose upper end lies below y
+            idx = np.searchsorted(y_panel_hi, y[below], side="right")
+            out[below] = cum[idx]
         return out
+
+
+def _vec_root_indexed(fun, a: np.ndarray, b: np.ndarray, maxiter: int = 200) -> np.ndarray:
+    """Like :func:`_vec_root` for point-dependent functions: ``fun(x, idx)`` gets the active indices."""
+    a = np.asarray(a, float).copy()
+    b = np.asarray(b, float).copy()
+    idx_all = np.arange(a.size)
+    fa, _ = fun(a, idx_all)
+    fb, _ = fun(b, idx_all)
+    neg = np.where(fa < 0, a, b)
+    pos = np.where(fa < 0, b, a)
+    x = 0.5 * (neg + pos)
+    # ends already at the root (or no sign change: clamp to the closer end)
+    same = np.sign(fa) == np.sign(fb)
+    x[same] = np.where(np.abs(fa[same]) < np.abs(fb[same]), a[same], b[same])
+    act = idx_all[~same]
+    for _ in range(maxiter):
+        if act.size == 0:
+            break
+        xa = x[act]
+        f, df = fun(xa, act)
+        n_, p_ = neg[act], pos[act]
+        n_ = np.where(f < 0, xa, n_)
+        p_ = np.where(f > 0, xa, p_)
+        neg[act], pos[act] = n_, p_
+        with np.errstate(divide="ignore", invalid="ignore"):
+            xn = xa - f / df
+        lo, hi = np.minimum(n_, p_), np.maximum(n_, p_)
+        bad = ~np.isfinite(xn) | (xn <= lo) | (xn >= hi)
+        xn = np.where(bad, 0.5 * (lo + hi), xn)
+        tol = 4e-16 * np.maximum(np.abs(xn), 1e-300)
+        done = (f == 0) | (np.abs(xn - xa) <= tol) | (hi - lo <= tol)
+        x[act] = np.where(f == 0, xa, xn)
+        act = act[~done]
+    return x
 
 
 def _root_between(f, a: float, b: float) -> float:
@@ -346,7 +738,6 @@ def _root_between(f, a: float, b: float) -> float:
     if fb == 0:
         return b
     if np.sign(fa) == np.sign(fb):
-        # at an endpoint where f is infinite/undefined (atom), nudge inward
         raise ValueError("no sign change")
     return optimize.brentq(f, a, b, xtol=1e-15, rtol=1e-15, maxiter=500)
 
