@@ -93,8 +93,9 @@ def simulate_record(
     ``singular_values`` (seeds x min(p, d)).
 
     ``progress(info)`` is called after each seed with a dict (seed, test_error, steps, converged, seconds).
-    ``threads`` sets torch's CPU thread count for the call (restored afterwards). Other keyword arguments go to
-    the solver (e.g. ``tol``, ``max_steps``, ``lr`` for adam).
+    ``threads`` sets torch's CPU thread count for the call (restored afterwards); by default small problems
+    (n T d^2 < 2e8 multiply-adds per pass) run on one thread, larger ones on torch's default. Other keyword
+    arguments go to the solver (e.g. ``tol``, ``max_steps``, ``lr`` for adam).
     """
     alpha = validate_alpha(alpha)
     _validate(d, seeds, solver, n_test)
@@ -102,6 +103,8 @@ def simulate_record(
     dev = resolve_device(device)
     n = n_of(alpha, d)
     old_threads = torch.get_num_threads()
+    if threads is None and dev.type == "cpu" and n * problem.task.tokens * d * d < 2e8:
+        threads = 1  # small problems: thread start-up and contention cost more than they save
     if threads is not None:
         torch.set_num_threads(int(threads))
     t_start = time.perf_counter()

@@ -1,0 +1,81 @@
+"""`tiedattention simulate`: JSON Lines contract, spectra file, and one clear line for every bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from tiedattention.cli import app  # noqa: E402
+
+runner = CliRunner()
+BASE = ["simulate", "--d", "8", "--seeds", "1", "--n-test", "50", "--solver", "prox", "--threads", "1"]
+
+
+def test_json_lines_and_spectra(tmp_path):
+    out = tmp_path / "spec.npz"
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5,1", "--seeds", "2", "--json", "--save-spectra", str(out)])
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in res.stdout.strip().splitlines()]
+    assert [r["alpha"] for r in lines] == [0.5, 1.0]
+    for r in lines:
+        for k in ("alpha", "d", "n", "seeds", "test_error_mean", "test_error_std", "test_error_clean_mean",
+                  "train_error_mean", "mse_mean", "rank_mean", "seconds"):
+            assert k in r
+        assert r["d"] == 8 and r["seeds"] == 2 and "eigenvalues" not in r
+    assert lines[0]["n"] == 32 and lines[1]["n"] == 64
+    z = np.load(out)
+    assert z["eigenvalues"].shape == (2, 2, 8) and z["singular_values"].shape == (2, 2, 8)
+    np.testing.assert_allclose(z["singular_values"][0, 0] ** 2, np.clip(z["eigenvalues"][0, 0][::-1], 0, None),
+                               atol=1e-12)
+    assert list(tmp_path.iterdir()) == [out]  # no temporary file left behind
+
+
+def test_table_output():
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5"])
+    assert res.exit_code == 0, res.output
+    assert "simulation" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "args, name",
+    [
+        (["--alpha", "0.5", "--lam", "-0.1"], "--lam"),
+        (["--alpha", "0.5", "--noise", "-1"], "--noise"),
+        (["--alpha", "0.5", "--target", "mp:0"], "kappa0"),
+        (["--alpha", "0.5", "--target", "mp:-1"], "kappa0"),
+        (["--alpha", "0.5", "--tokens", "1"], "--tokens"),
+        (["--alpha", "0"], "--alpha"),
+        (["--alpha", "0.5,-2"], "--alpha"),
+        (["--alpha", "0.5", "--target", "gauss:1"], "--target"),
+        (["--alpha", "0.5", "--target", "file:/nonexistent/eig.npy"], "--target"),
+        (["--alpha", "0.5", "--d", "1"], "--d"),
+        (["--alpha", "0.5", "--seeds", "0"], "--seeds"),
+        (["--alpha", "0.5", "--solver", "sgd"], "--solver"),
+        (["--alpha", "0.5", "--device", "tpu"], "--device"),
+        (["--alpha", "0.5", "--save-spectra", "/nonexistent/dir/s.npz"], "--save-spectra"),
+        (["--alpha", "0.5", "--n-test", "1"], "--n-test"),
+    ],
+)
+def test_bad_input_one_clear_line(args, name, tmp_path):
+    res = runner.invoke(app, [*BASE, *args])
+    assert res.exit_code == 2, res.output
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("error: ") and name in err[0]
+    assert res.stdout == ""
+
+
+def test_cuda_unavailable_is_a_clear_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5", "--device", "cuda"])
+    assert res.exit_code == 2
+    assert res.stderr.strip() == "error: --device: CUDA is not available"
