@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..errors import ParameterError
 from ..problem import Problem
 from .spectral import FreeConvolution
 
@@ -31,6 +30,7 @@ class MatrixSide:
     rank: float  # fraction of non-zero eigenvalues of S_hat
     trace: float  # (1/d) Tr S_hat
     spectral_error: float
+    cut: float = 0.0  # eigenvalues of Y/m_hat below the cut are set to 0 (eps, or the rank-kappa quantile)
 
 
 def matrix_update(
@@ -40,6 +40,9 @@ def matrix_update(
 
     factorised (kappa >= 1):  S_hat = (m_hat/sigma_hat) (S0 + delta Z - eps)_+,  delta = sqrt(q_hat)/m_hat,
                               eps = 2 lambda/m_hat;
+    factorised (kappa < 1):   the same, keeping only the top kappa*d eigenvalues: f(y) = (y - eps) 1[y > c],
+                              c = max(eps, y_kappa), y_kappa the (1 - kappa)-quantile of rho_delta
+                              (docs/theory/spectra.md);
     direct (ridge):           S_hat = (m_hat S0 + sqrt(q_hat) Z)/(sigma_hat + 4 lambda).
     """
     lam = problem.student.lam
@@ -54,12 +57,28 @@ def matrix_update(
         q = (m_hat**2 * q0 + q_hat) / den**2
         m = m_hat * q0 / den
         return MatrixSide(q, m, 1.0 / den, delta, 0.0, 1.0, m_hat * measure.moment(1) / den, 0.0)
-    if problem.student.kappa < 1:
-        raise ParameterError("kappa", "narrow students (kappa < 1) are not in the state evolution yet")
     eps = 2.0 * lam / m_hat
-    si = FreeConvolution(measure, delta).integrals(eps)
+    fc = FreeConvolution(measure, delta)
+    si = fc.integrals(eps)
+    kappa = problem.student.kappa
+    if kappa < 1 and si.rank > kappa:
+        # rank constraint binds: keep the top kappa*d eigenvalues, f(y) = (y - eps) 1[y > c]
+        si = fc.integrals(eps, cut=fc.quantile(kappa))
+    return _spectral_side(si, m_hat, sigma_hat, delta, eps)
+
+
+def _spectral_side(si, m_hat: float, sigma_hat: float, delta: float, eps: float) -> MatrixSide:
+    """q, m, Sigma of S_hat = (m_hat/sigma_hat) f(Y), f(y) = (y - eps) 1[y > c] (c = eps: soft threshold).
+
+    With J2 = int f^2 rho, J1 = int f rho, JG = int f rho Re g (rho = rho_delta, g = g_delta):
+    q = s^2 J2,  m = s [J2 + eps J1 - 2 delta^2 JG],  Sigma = 2 JG / sigma_hat,  s = m_hat/sigma_hat
+    (GOE Stein identity (1/d) E Tr f(Y) Z = 2 delta JG, valid for the jump at c: its own term is O(1/d)).
+    For c = eps these are the kappa >= 1 formulas q = s^2 I, m = s[I - delta/2 dI/ddelta - eps/2 dI/deps],
+    Sigma = dI/ddelta/(2 delta sigma_hat).
+    """
     scale = m_hat / sigma_hat
-    q = scale**2 * si.I
-    m = scale * (si.I - 0.5 * delta * si.dI_ddelta - 0.5 * eps * si.dI_deps)
-    sigma = si.dI_ddelta / (2.0 * delta * sigma_hat)
-    return MatrixSide(q, m, sigma, delta, eps, si.rank, -0.5 * scale * si.dI_deps, si.error)
+    j2, j1, jg = si.I, -0.5 * si.dI_deps, si.dI_ddelta / (4.0 * delta)
+    q = scale**2 * j2
+    m = scale * (j2 + eps * j1 - 2.0 * delta**2 * jg)
+    sigma = 2.0 * jg / sigma_hat
+    return MatrixSide(q, m, sigma, delta, eps, si.rank, scale * j1, si.error, si.cut if si.cut is not None else eps)

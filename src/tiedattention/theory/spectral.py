@@ -590,21 +590,23 @@ class FreeConvolution:
         above = np.cumsum(pm[::-1])[::-1] - pm  # mass of the panels to the right of each panel
         k = int(np.flatnonzero(above + pm >= tail)[-1])
         lo, hi, eb, ea = p["lo"][k], p["hi"][k], p["eb"][k], p["ea"][k]
-        target = tail - above[k]
-
-        def panel_tail(u):
-            r = self._panel_nodes(np.array([u]), np.array([hi]), np.array([0.0]), np.array([ea]), _NP)
-            return float(r["w"].sum())
+        target = tail - above[k]  # mass wanted from [u, hi] inside panel k
 
         def fun(u):
-            return panel_tail(u) - target
+            # mass of [u, hi]; next to an edge at lo use the complement so the sqrt end keeps its weight
+            if u >= hi:
+                return -target
+            if u <= lo:
+                return pm[k] - target
+            if eb > 0:
+                r = self._panel_nodes(np.array([lo]), np.array([u]), np.array([eb]), np.array([0.0]), _NP)
+                return pm[k] - float(r["w"].sum()) - target
+            r = self._panel_nodes(np.array([u]), np.array([hi]), np.array([0.0]), np.array([ea]), _NP)
+            return float(r["w"].sum()) - target
 
-        a, b = lo, hi
-        fa = pm[k] - target
-        if fa <= 0:
+        if pm[k] - target <= 0:
             return float(self._psi_in(lo))
-        u = optimize.brentq(fun, a + 1e-15 * (b - a), b, xtol=1e-15 * max(1.0, abs(b)), rtol=1e-15)
-        del eb
+        u = optimize.brentq(fun, lo, hi, xtol=1e-15 * max(1.0, abs(hi)), rtol=1e-15)
         return float(self._psi_in(u))
 
     def _psi_in(self, u: float) -> float:
