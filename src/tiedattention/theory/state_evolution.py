@@ -190,8 +190,12 @@ class StateEvolution:
         """Fixed-point map in y coordinates; None where it cannot be evaluated (Shat = 0 exactly, ...)."""
         x = self._to_x(y)
         fx, ch, ms = self._map(alpha, x)
-        if not (fx[0] > 0 and fx[2] > 0 and np.all(np.isfinite(fx))):
+        if not np.all(np.isfinite(fx)) or fx[0] < 0 or fx[2] < 0:
             raise FloatingPointError(f"matrix side returned q={fx[0]:g}, sigma={fx[2]:g}")
+        # S_hat = 0 exactly at this iterate (eps above the spectrum): a tiny positive floor keeps the
+        # log coordinates finite; a genuine zero fixed point is detected by _zero_phase instead.
+        tiny = 1e-30 * self.q0
+        fx = np.array([max(fx[0], tiny), fx[1], max(fx[2], tiny)])
         return self._to_y(fx), ch, ms
 
     def _zero_phase(self, alpha: float) -> SEResult | None:

@@ -34,6 +34,7 @@ __all__ = [
     "bayes_optimal",
     "interpolation_threshold",
     "interpolation_noiseless",
+    "perfect_recovery_se",
     "rank_fraction",
 ]
 
@@ -123,6 +124,32 @@ def interpolation_threshold(measure, noise: float, model: str = "factorized") ->
         prev = cur
     # no root: the PSD projection never fits the noise; interpolation only below alpha_bar -> 0
     return 0.0
+
+
+def perfect_recovery_se(measure, delta: float = 5e-3) -> tuple[float, float]:
+    """The SE route to perfect recovery: the noiseless lambda -> 0+ interpolating phase at small delta.
+
+    On the interpolating phase with Delta = 0 and fixed delta, B(eps) = Q0 - I + (delta/2) dI/ddelta
+    + eps dI/deps vanishes at eps ~ c delta (B(0+) = -H(delta) < 0, B > 0 beyond the root); then
+    alpha_bar = dI/ddelta/(4 delta). As delta -> 0 this tends to the closed form (the small-delta
+    expansion of I reproduces THEORY.md's c-equation, docs/theory/state_evolution.md) while the MSE on S,
+    Q0 - 2m + q = -I + delta dI/ddelta + eps dI/deps + Q0, vanishes like delta^2.
+    Returns (alpha_bar, mse) at this delta.
+    """
+    fc = FreeConvolution(measure, delta)
+    q0 = measure.q0
+
+    def b(eps: float) -> float:
+        si = fc.integrals(eps)
+        return q0 - si.I + 0.5 * delta * si.dI_ddelta + eps * si.dI_deps
+
+    lo, hi = 1e-3 * delta, 3.0 * delta
+    while b(hi) <= 0:
+        hi *= 2.0
+    eps = optimize.brentq(b, lo, hi, xtol=1e-16, rtol=1e-13)
+    si = fc.integrals(eps)
+    mse = q0 - si.I + delta * si.dI_ddelta + eps * si.dI_deps
+    return si.dI_ddelta / (4.0 * delta), mse
 
 
 @dataclass(frozen=True)

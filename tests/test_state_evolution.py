@@ -1,0 +1,152 @@
+"""State evolution: limits, thresholds through the SE route, determinism, task equivalences."""
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tiedattention import Problem
+from tiedattention.cli import app
+from tiedattention.targets import parse_target
+from tiedattention.theory import StateEvolution
+from tiedattention.theory.state_evolution import solve_interpolating_phase
+from tiedattention.theory.thresholds import perfect_recovery_factorized, perfect_recovery_se
+
+
+@pytest.fixture(scope="module")
+def se_default():
+    return StateEvolution(Problem.from_options())
+
+
+def test_reference_point_converges_and_is_sane(se_default):
+    r = se_default.solve(0.5)
+    assert r.converged and r.residual <= 1e-10 and r.phase == "regular"
+    uniform = se_default.channel_final.uniform_error()
+    assert uniform == pytest.approx(0.444, abs=2e-3)  # THEORY.md: about 0.44 for uniform attention
+    assert 0.07 < r.test_error < uniform
+    assert r.test_error_clean < r.test_error
+    assert r.mse == pytest.approx(se_default.q0 - 2 * r.m + r.q)
+    assert 0 < r.rank < 1 and 0 < r.train_error < r.test_error
+    # objective/d^2 = alpha * train + lambda (1/d) Tr S_hat with (1/d) Tr S_hat > 0
+    assert r.objective > 0.5 * r.train_error
+
+
+def test_learning_curve_decreases_to_plateau(se_default):
+    res = se_default.learning_curve([0.05, 0.2, 1.0, 4.0])
+    te = [r.test_error for r in res]
+    assert all(r.converged for r in res)
+    assert te == sorted(te, reverse=True)
+    assert 0.06 < te[-1] < 0.09  # THEORY.md: plateau near 0.07 at large alpha
+
+
+def test_alpha_to_zero_estimator_vanishes(se_default):
+    """lambda > 0, alpha -> 0: S_hat = 0 exactly; the test error is that of uniform attention."""
+    r = se_default.solve(1e-5)  # eps/delta grows like alpha^(-1/2): above the spectrum's edge here
+    assert r.phase == "zero" and r.converged
+    assert r.q == 0 and r.m == 0 and r.rank == 0
+    assert r.test_error == pytest.approx(se_default.channel_final.uniform_error(), rel=1e-12)
+    assert r.mse == pytest.approx(se_default.q0)
+    # larger alpha: a non-zero estimator, still close to uniform attention
+    r2 = se_default.solve(2e-2)
+    assert r2.converged and r2.phase == "regular" and 0 < r2.q < 0.5
+    assert r2.test_error == pytest.approx(r.test_error, abs=0.02)
+
+
+def test_determinism():
+    a = StateEvolution(Problem.from_options()).solve(0.3)
+    b = StateEvolution(Problem.from_options()).solve(0.3)
+    for key in ("q", "m", "sigma", "q_hat", "m_hat", "sigma_hat", "test_error", "train_error", "rank"):
+        assert getattr(a, key) == getattr(b, key), key
+    assert a.iterations == b.iterations
+
+
+def test_seq2seq_is_seq2lab_with_output_noise_offset():
+    """(1/d)||(A - A_hat) X||^2 -> ||A - A_hat||^2: same fixed point; output noise on Y adds T * Delta_out."""
+    lab = StateEvolution(Problem.from_options()).solve(0.5)
+    seq = StateEvolution(Problem.from_options(task="seq2seq", noise_out=0.1)).solve(0.5)
+    assert seq.q == pytest.approx(lab.q, rel=1e-12) and seq.m == pytest.approx(lab.m, rel=1e-12)
+    assert seq.test_error == pytest.approx(lab.test_error + 2 * 0.1, rel=1e-12)
+    assert seq.test_error_clean == pytest.approx(lab.test_error_clean, rel=1e-12)
+
+
+def test_output_noise_changes_the_seq2lab_fixed_point():
+    base = StateEvolution(Problem.from_options()).solve(0.5)
+    noisy = StateEvolution(Problem.from_options(noise_out=0.05)).solve(0.5)
+    assert noisy.converged
+    assert noisy.mse > base.mse  # noisier labels, worse estimate
+    assert noisy.test_error > base.test_error + 4 * 0.05 * 0.9  # T^2 Delta_out added to noisy labels
+
+
+def test_noiseless_perfect_recovery_through_the_se():
+    """Delta = 0, lambda -> 0+: on the interpolating phase the MSE vanishes (like delta^2) as alpha_bar
+    reaches the perfect-recovery closed form."""
+    mu = parse_target("mp:0.5").measure()
+    pr = perfect_recovery_factorized(0.5)
+    ab1, mse1 = perfect_recovery_se(mu, 0.01)
+    ab2, mse2 = perfect_recovery_se(mu, 0.002)
+    assert ab1 < ab2 < pr + 1e-6
+    assert ab2 == pytest.approx(pr, abs=1e-3)
+    assert mse2 < mse1 < 1e-3 and mse2 / mse1 == pytest.approx((0.002 / 0.01) ** 2, rel=0.2)
+
+
+def test_lambda_zero_interpolating_phase():
+    """lambda = 0 below the interpolation threshold: zero train error, positive MSE; the MSE grows
+    towards the interpolation peak and the phase ends at the SE threshold."""
+    se = StateEvolution(Problem.from_options(lam=0.0))
+    inter = se.interpolation_alpha_bar()
+    r = se.solve(0.3 * inter)  # alpha = alpha_bar/2 at T = 2
+    assert r.phase == "interpolating" and r.converged
+    assert r.train_error == 0 and math.isinf(r.sigma)
+    mu = parse_target("mp:0.5").measure()
+    sol = solve_interpolating_phase(mu, mu.q0 + 0.25, 0.9 * inter)
+    assert sol["converged"] and sol["eps"] > 0
+    assert mu.q0 - 2 * sol["m_over_r"] + sol["I"] > r.mse  # closer to the peak: larger error
+
+
+def test_direct_model_lambda_zero_closed_form():
+    """Direct model, lambda -> 0+: shrinkage s = 2 alpha_bar, q = s^2 (Q0 + delta^2), m = s Q0."""
+    se = StateEvolution(Problem.from_options(model="direct", lam=0.0))
+    r = se.solve(0.1)  # alpha_bar = 0.2 < 1/2
+    s, q0, qz = 0.4, 1.5, 1.75
+    delta2 = (qz - 2 * s * q0 + s * s * q0) / (s * (1 - s))
+    assert r.m == pytest.approx(s * q0) and r.q == pytest.approx(s * s * (q0 + delta2))
+
+
+def test_direct_model_regular_point_converges():
+    r = StateEvolution(Problem.from_options(model="direct", lam=0.01)).solve(0.5)
+    assert r.converged and r.rank == 1.0
+    # the linear denoiser: Sigma = 1/(sigma_hat + 4 lambda)
+    assert r.sigma == pytest.approx(1.0 / (r.sigma_hat + 0.04), rel=1e-6)
+
+
+def test_non_convergence_is_reported_not_hidden():
+    se = StateEvolution(Problem.from_options(), max_iter=2)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        r = se.solve(0.5)
+    assert not r.converged and r.message and any("did not converge" in str(x.message) for x in w)
+
+
+def test_cli_theory_json_contract():
+    res = CliRunner().invoke(app, ["theory", "--alpha", "0.1,0.5", "--json"])
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(line) for line in res.stdout.strip().splitlines()]
+    assert [r["alpha"] for r in lines] == [0.1, 0.5]
+    for key in ("alpha", "alpha_bar", "q", "m", "sigma", "q_hat", "m_hat", "sigma_hat", "mse", "test_error",
+                "test_error_clean", "train_error", "rank", "converged", "iterations", "seconds"):
+        assert key in lines[0]
+    assert lines[0]["alpha_bar"] == pytest.approx(0.2)
+    assert lines[1]["test_error"] < lines[0]["test_error"]
+    res = CliRunner().invoke(app, ["theory", "--alpha", "-1"])
+    assert res.exit_code == 2 and "--alpha" in res.stderr
+
+
+def test_phase_structure_against_thresholds():
+    """rank fraction below 1 (low-rank collapse) and increasing with alpha along the curve."""
+    se = StateEvolution(Problem.from_options())
+    ranks = [r.rank for r in se.learning_curve([0.1, 0.5, 2.0])]
+    assert ranks == sorted(ranks) and ranks[-1] < 1
+    assert np.all(np.diff(ranks) > 0)
