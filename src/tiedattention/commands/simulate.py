@@ -139,16 +139,17 @@ def simulate(
         if save_spectra_to is not None:
             save_spectra(save_spectra_to, records)
     if not json:
-        table = Table(title=f"simulation ({solver}, d={d}, {seeds} seeds): {problem.task.target} Δ={noise} λ={lam}")
-        for col in ("α", "n", "test error", "± sem", "test (clean)", "train error", "MSE on S", "rank", "conv", "s"):
+        table = Table(title=f"simulation ({solver}, d={d}, {seeds} seeds): {problem.task.target} Δ={noise} λ={lam}",
+                      caption="test/clean: test error against noisy/clean labels; rank: fraction of eig > 1e-6 max")
+        for col in ("α", "n", "test", "± sem", "clean", "train", "MSE S", "rank", "conv", "s"):
             table.add_column(col, justify="right")
         for r in records:
             table.add_row(
-                f"{r['alpha']:.4g}", str(r["n"]), f"{r['test_error_mean']:.5f}", f"{r['test_error_sem']:.5f}",
-                f"{r['test_error_clean_mean']:.5f}", f"{r['train_error_mean']:.5f}", f"{r['mse_mean']:.5f}",
+                f"{r['alpha']:.4g}", str(r["n"]), f"{r['test_error_mean']:.4f}", f"{r['test_error_sem']:.4f}",
+                f"{r['test_error_clean_mean']:.4f}", f"{r['train_error_mean']:.4f}", f"{r['mse_mean']:.4f}",
                 f"{r['rank_mean']:.3f}", f"{r['converged']:.2f}", f"{r['seconds']:.1f}",
             )
-        Console().print(table)
+        Console(width=max(Console().width, 100)).print(table)
     if not all(r["converged_all"] for r in records):
         typer.echo("warning: some seeds did not converge (see 'converged')", err=True)
         raise typer.Exit(code=1)
