@@ -85,8 +85,9 @@ def baseline_point(problem, alpha, seed, max_iter=60, tol=1e-3):
     q0 = measure.q0
     x = np.array([0.5 * q0, 0.4 * q0, 1.0])
     t0 = time.perf_counter()
-    it = 0
+    n_it = 0
     for it in range(1, max_iter + 1):
+        n_it = it
         qh, mh, sh = baseline_channel(alpha, *x, q0, problem.task.noise, problem.student.beta,
                                       problem.task.beta0, problem.task.tokens, rng)
         new = np.array(baseline_matrix(measure, qh, mh, sh, problem.student.lam))
@@ -97,7 +98,7 @@ def baseline_point(problem, alpha, seed, max_iter=60, tol=1e-3):
     # test error through our (deterministic) rule, so that only the fixed point differs
     se = StateEvolution(problem)
     te, _ = se.channel_final.test_error(x[0], x[1])
-    return time.perf_counter() - t0, it, te
+    return time.perf_counter() - t0, n_it, te
 
 
 def main() -> None:
