@@ -34,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import optimize, special
 
-from ..targets import SpectralMeasure, mp_stieltjes
+from ..targets import SpectralMeasure, mp_edges, mp_stieltjes
 
 __all__ = [
     "FreeConvolution",
@@ -175,6 +175,32 @@ class _Kernel:
             f += self.mp_mass * (-dgm.real)
             df += self.mp_mass * (-_mp_second_derivative(z, self.kappa0).real)
         return g, f, df
+
+
+    def rest_sums(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each atom position theta_k: g_nu(theta_k) = int dnu/(theta_k - x) and int dnu/(theta_k - x)^2,
+        nu = mu without its atoms at theta_k (the rest of the spectrum seen by an isolated eigenvalue).
+        inf where theta_k lies inside the continuous (MP) part."""
+        theta = np.atleast_1d(np.asarray(theta, float))
+        g = np.zeros(theta.shape)
+        f = np.zeros(theta.shape)
+        if self.a.size:
+            for sl in self._blocks(theta.size):
+                diff = theta[sl, None] - self.a
+                same = diff == 0
+                diff[same] = 1.0
+                inv = np.where(same, 0.0, 1.0 / diff)
+                g[sl] = inv @ self.w
+                f[sl] = (inv * inv) @ self.w
+        if self.kappa0 is not None:
+            lo, hi = mp_edges(self.kappa0)
+            inside = (theta >= lo) & (theta <= hi)
+            z = np.where(inside, hi + 1.0, theta) + 0j
+            gm, dgm = mp_stieltjes(z, self.kappa0)
+            g += self.mp_mass * gm.real
+            f += self.mp_mass * (-dgm.real)
+            f[inside] = np.inf
+        return g, f
 
 
 def _vec_root(fun, a: np.ndarray, b: np.ndarray, maxiter: int = 200) -> np.ndarray:

@@ -1,0 +1,323 @@
+r"""The spectrum of the learned query-key matrix S_hat, and of W/(p d)^{1/4} (THEORY.md section 5).
+
+At the SE fixed point S_hat = s f(Y), Y = S0 + delta Z (Z GOE), s = m_hat/sigma_hat (the ratio
+beta0/beta in the lambda -> 0+ interpolating phase) and f(y) = (y - eps) 1[y > c], with c = eps (soft
+threshold) or, for a narrow student whose rank constraint binds, the (1 - kappa)-quantile of rho_delta.
+So the eigenvalues of S_hat are distributed as
+
+* an atom at 0 of mass rho_delta((-inf, c)) (low-rank collapse),
+* the image under y -> s (y - eps) of rho_delta restricted to y > c: one bulk per component of supp
+  rho_delta above c (two at large alpha with logit noise: the noise bulk grown out of the target's null
+  space and the target's own bulk),
+* outliers: for a target given as a list of d eigenvalues, an eigenvalue theta separated from the rest
+  keeps its own bump of rho_delta of mass 1/d -- one eigenvalue of Y. In the d -> infinity description
+  (theta a spike on the rest nu of the spectrum) it sits at
+
+      y(theta) = psi_nu(theta) = theta + delta^2 g_nu(theta),   detached iff delta^2 int dnu/(theta - x)^2 < 1,
+
+  and the squared overlap of the corresponding eigenvector of Y (hence of S_hat) with the target's
+  eigenvector is |<u, u_hat>|^2 = 1/omega'(y) = psi_nu'(theta) = 1 - delta^2 int dnu(x)/(theta - x)^2
+  (docs/theory/spectra.md). It is a learned (recovered) mode when y > c.
+
+Singular values of W/(p d)^{1/4} are the square roots of the eigenvalues of S_hat = W^T W / sqrt(p d).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..problem import Problem
+from ..targets import SpectralMeasure
+from .spectral import FreeConvolution, _Kernel
+from .state_evolution import SEResult, StateEvolution
+
+__all__ = [
+    "LearnedSpectrum",
+    "Outlier",
+    "learned_spectrum",
+    "spectrum_from_result",
+    "spike_outlier",
+    "recovered_modes",
+    "outlier_alphas",
+    "bulk_split_alpha",
+    "kolmogorov_distance",
+]
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """An isolated eigenvalue theta of S0 seen through the denoiser."""
+
+    theta: float  # target eigenvalue
+    y: float  # position in the spectrum of Y/m_hat = S0 + delta Z: psi_nu(theta) (d -> infinity formula)
+    y_bump: float  # mean of its bump of rho_delta (finite d; nan when the bump has merged)
+    overlap: float  # |<u_theta, u_hat>|^2 = 1 - delta^2 int dnu/(theta - x)^2 (0 when not detached)
+    detached: bool  # separated from the rest of the spectrum of Y
+    eigenvalue: float  # learned eigenvalue of S_hat: s (y - eps) if recovered, else 0
+    recovered: bool  # detached and above the cut
+
+    @property
+    def singular_value(self) -> float:
+        return math.sqrt(max(self.eigenvalue, 0.0))
+
+
+@dataclass
+class LearnedSpectrum:
+    """Law of the eigenvalues of S_hat at one SE point. Eigenvalue units: those of S_hat."""
+
+    alpha: float
+    scale: float  # s = m_hat/sigma_hat
+    delta: float
+    eps: float
+    cut: float  # c >= eps in units of Y/m_hat
+    atom_zero: float  # mass of the atom at 0 (1 - rank)
+    bulks: list[tuple[float, float, float]]  # (lo, hi, mass) of each bulk of S_hat's nonzero eigenvalues
+    outliers: list[Outlier] = field(default_factory=list)
+    phase: str = "regular"
+    fc: FreeConvolution | None = field(default=None, repr=False)
+
+    @property
+    def rank(self) -> float:
+        return 1.0 - self.atom_zero
+
+    @property
+    def n_recovered(self) -> int:
+        """k*: target eigenvalues learned as outliers (detached and above the cut)."""
+        return sum(o.recovered for o in self.outliers)
+
+    @property
+    def top(self) -> float:
+        """Largest eigenvalue of S_hat (top bulk edge or top outlier; 0 in the zero phase)."""
+        vals = [b[1] for b in self.bulks] + [o.eigenvalue for o in self.outliers if o.recovered]
+        return max(vals, default=0.0)
+
+    def _y(self, lam: np.ndarray) -> np.ndarray:
+        return self.eps + np.asarray(lam, float) / self.scale
+
+    def density(self, lam: np.ndarray) -> np.ndarray:
+        """Density of the nonzero eigenvalues of S_hat at lam > 0 (the atom at 0 is ``atom_zero``)."""
+        lam = np.atleast_1d(np.asarray(lam, float))
+        if self.fc is None:
+            return np.zeros_like(lam)
+        y = self._y(lam)
+        out = np.where(y > self.cut, self.fc.density(y) / self.scale, 0.0)
+        return np.where(lam > 0, out, 0.0)
+
+    def cdf(self, lam: np.ndarray) -> np.ndarray:
+        """P(eigenvalue of S_hat <= lam), atom at 0 included (lam >= 0)."""
+        lam = np.atleast_1d(np.asarray(lam, float))
+        if self.fc is None:
+            return np.where(lam >= 0, 1.0, 0.0)
+        y = np.maximum(self._y(lam), self.cut)
+        return np.where(lam >= 0, self.fc.cdf(y), 0.0)
+
+    def singular_density(self, sv: np.ndarray) -> np.ndarray:
+        """Density of the nonzero singular values of W/(p d)^{1/4} (sigma = sqrt(eigenvalue))."""
+        sv = np.atleast_1d(np.asarray(sv, float))
+        return 2.0 * sv * self.density(sv**2)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "alpha": self.alpha,
+            "scale": self.scale,
+            "delta": self.delta,
+            "eps": self.eps,
+            "cut": self.cut,
+            "phase": self.phase,
+            "atom_zero": self.atom_zero,
+            "rank": self.rank,
+            "top_eigenvalue": self.top,
+            "top_singular_value": math.sqrt(max(self.top, 0.0)),
+            "bulks": [{"lo": lo, "hi": hi, "mass": m} for lo, hi, m in self.bulks],
+            "n_bulks": len(self.bulks),
+            "outliers": [
+                {"theta": o.theta, "y": o.y, "y_bump": o.y_bump, "overlap": o.overlap, "detached": o.detached,
+                 "eigenvalue": o.eigenvalue, "singular_value": o.singular_value, "recovered": o.recovered}
+                for o in self.outliers
+            ],
+            "n_recovered": self.n_recovered,
+        }
+
+
+# ------------------------------------------------------------------------------------------------
+# outliers
+# ------------------------------------------------------------------------------------------------
+def spike_outlier(measure: SpectralMeasure, theta: float, delta: float) -> tuple[float, float]:
+    """(y, overlap) of an eigenvalue theta of mu seen against the rest nu of the spectrum (mu without its atom
+    at theta): y = theta + delta^2 g_nu(theta), overlap = 1 - delta^2 int dnu/(theta - x)^2 (<= 0: merged)."""
+    g, f = _Kernel(measure).rest_sums(np.array([float(theta)]))
+    t = delta * delta
+    return float(theta + t * g[0]), float(1.0 - t * f[0])
+
+
+def _outliers(fc: FreeConvolution, scale: float, eps: float, cut: float, max_weight: float) -> list[Outlier]:
+    mu = fc.measure
+    if mu.atoms.size == 0:
+        return []
+    theta_all, weight_all = mu.point_masses()
+    cand = np.flatnonzero((weight_all <= max_weight) & (theta_all != 0.0))
+    if cand.size == 0:
+        return []
+    bulks = fc.bulks()
+    # which atoms sit alone in their component of supp rho_delta
+    alone: dict[float, dict] = {}
+    for b in bulks:
+        if b["atoms"].size == 1 and not b["continuous"]:
+            alone[float(b["atoms"][0])] = b
+    g, f = _Kernel(mu).rest_sums(theta_all[cand])
+    t = fc.t
+    out = []
+    for k, i in enumerate(cand):
+        theta = float(theta_all[i])
+        y = theta + t * g[k]
+        ov = 1.0 - t * f[k]
+        b = alone.get(theta)
+        detached = b is not None and ov > 0
+        y_bump = float("nan")
+        if b is not None:
+            r = fc.adaptive([(b["u_lo"], b["u_hi"], 0.5, 0.5)], lambda yy, rg: [np.ones_like(yy), yy])
+            y_bump = float(r["totals"][1] / r["totals"][0])
+        pos = y_bump if detached else y
+        recovered = bool(detached and pos > cut)
+        out.append(Outlier(theta=theta, y=float(y), y_bump=y_bump, overlap=float(max(ov, 0.0)) if detached else 0.0,
+                           detached=bool(detached), eigenvalue=float(scale * (pos - eps)) if recovered else 0.0,
+                           recovered=recovered))
+    out.sort(key=lambda o: -o.theta)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the law at one SE point
+# ------------------------------------------------------------------------------------------------
+def spectrum_from_result(problem: Problem, measure: SpectralMeasure, res: SEResult,
+                         max_outlier_weight: float = 0.01) -> LearnedSpectrum:
+    """Learned spectrum at a solved SE point ``res`` (regular, interpolating or zero phase)."""
+    if not res.converged:
+        raise FloatingPointError(f"the SE point at alpha={res.alpha:g} did not converge: {res.message}")
+    if res.phase == "zero":
+        return LearnedSpectrum(res.alpha, 0.0, res.delta, res.eps, math.inf, 1.0, [], [], "zero", None)
+    if problem.student.model == "direct":
+        raise ValueError("the learned-spectrum law is implemented for the factorised student")
+    if res.phase == "interpolating":
+        scale = problem.task.beta0 / problem.student.beta
+    else:
+        scale = res.m_hat / res.sigma_hat
+    delta, eps = res.delta, res.eps
+    fc = FreeConvolution(measure, delta)
+    cut = eps
+    si = fc.integrals(eps)
+    if problem.student.kappa < 1 and si.rank > problem.student.kappa:
+        cut = fc.quantile(problem.student.kappa)
+    atom = float(fc.cdf(np.array([cut]))[0])
+    bulks = []
+    cdf_cut = atom
+    for b in fc.bulks():
+        if b["continuous"] or b["atoms"].size != 1 or b["mass"] > max_outlier_weight:
+            if b["y_hi"] <= cut:
+                continue
+            lo_y = max(b["y_lo"], cut)
+            mass = b["mass"] if b["y_lo"] >= cut else float(fc.cdf(np.array([b["y_hi"]]))[0]) - cdf_cut
+            bulks.append((float(scale * (lo_y - eps)), float(scale * (b["y_hi"] - eps)), float(mass)))
+    outliers = _outliers(fc, scale, eps, cut, max_outlier_weight)
+    return LearnedSpectrum(res.alpha, float(scale), float(delta), float(eps), float(cut), atom, bulks, outliers,
+                           res.phase, fc)
+
+
+def learned_spectrum(problem: Problem, alpha: float, d: int | None = None, se: StateEvolution | None = None,
+                     init=None) -> LearnedSpectrum:
+    """Solve the SE at alpha and return the law of the learned spectrum."""
+    se = se if se is not None else StateEvolution(problem, d=d)
+    res = se.solve(alpha, init=init)
+    return spectrum_from_result(problem, se.measure, res)
+
+
+def recovered_modes(problem: Problem, alphas, d: int | None = None) -> list[dict[str, Any]]:
+    """k*(alpha): the number of target eigenvalues learned as outliers along a warm-started curve."""
+    se = StateEvolution(problem, d=d)
+    out = []
+    for res in se.learning_curve(alphas):
+        sp = spectrum_from_result(problem, se.measure, res)
+        out.append({"alpha": res.alpha, "n_recovered": sp.n_recovered,
+                    "recovered": [o.theta for o in sp.outliers if o.recovered]})
+    return out
+
+
+def outlier_alphas(problem: Problem, alphas, d: int | None = None, max_weight: float = 0.01) -> dict[float, float]:
+    """For each isolated target eigenvalue theta: the alpha at which its outlier appears (detached and above
+    the cut), by linear interpolation of its margin min(overlap, y - c) between the points of the alpha grid
+    where it changes sign (nan if it never appears on the grid). Uses the d -> infinity spike description
+    (position psi_nu(theta), overlap 1 - delta^2 int dnu/(theta - x)^2)."""
+    se = StateEvolution(problem, d=d)
+    grid = sorted(alphas)
+    theta, weight = se.measure.point_masses()
+    theta = theta[(weight <= max_weight) & (theta != 0.0)]
+    g, f = _Kernel(se.measure).rest_sums(theta)
+    margins = np.full((len(grid), theta.size), -1.0)
+    for j, res in enumerate(se.learning_curve(grid)):
+        sp = spectrum_from_result(problem, se.measure, res)
+        if sp.fc is None:
+            continue
+        y = theta + sp.delta**2 * g
+        margins[j] = np.minimum(1.0 - sp.delta**2 * f, (y - sp.cut) / max(abs(sp.cut), 1.0))
+    out = {}
+    for k, th in enumerate(theta):
+        m = margins[:, k]
+        up = np.flatnonzero((m[:-1] <= 0) & (m[1:] > 0))
+        if m[0] > 0:
+            out[float(th)] = float(grid[0])
+        elif up.size:
+            j = up[0]
+            a0, a1 = math.log(grid[j]), math.log(grid[j + 1])
+            out[float(th)] = float(math.exp(a0 + (a1 - a0) * (-m[j]) / (m[j + 1] - m[j])))
+        else:
+            out[float(th)] = float("nan")
+    return out
+
+
+def bulk_split_alpha(problem: Problem, alpha_lo: float = 0.05, alpha_hi: float = 50.0, d: int | None = None,
+                     num: int = 12, bisections: int = 12) -> float:
+    """Smallest alpha at which the learned spectrum has two bulks (nan if not in [alpha_lo, alpha_hi]).
+
+    The number of bulks of S_hat (components of rho_delta above the cut, outliers excluded) is tabulated
+    on a geometric grid, then the first change 1 -> 2 is refined by bisection in log alpha.
+    """
+    se = StateEvolution(problem, d=d)
+
+    def nb(alpha, init=None):
+        res = se.solve(alpha, init=init)
+        return len(spectrum_from_result(problem, se.measure, res).bulks), res
+
+    grid = np.geomspace(alpha_lo, alpha_hi, num)
+    prev_n, prev_res = nb(grid[0])
+    if prev_n >= 2:
+        return float(grid[0])
+    for a0, a1 in zip(grid[:-1], grid[1:], strict=True):
+        n1, res1 = nb(a1, prev_res)
+        if n1 >= 2:
+            lo, hi = a0, a1
+            ref = prev_res
+            for _ in range(bisections):
+                mid = math.sqrt(lo * hi)
+                nm, rm = nb(mid, ref)
+                if nm >= 2:
+                    hi = mid
+                else:
+                    lo, ref = mid, rm
+            return float(math.sqrt(lo * hi))
+        prev_n, prev_res = n1, res1
+    return float("nan")
+
+
+def kolmogorov_distance(samples: np.ndarray, cdf) -> float:
+    """sup_x |F_n(x) - F(x)| for a 1-D sample and a CDF callable (which may have atoms)."""
+    x = np.asarray(samples, float).ravel()
+    ux, counts = np.unique(x, return_counts=True)
+    upper = np.cumsum(counts) / x.size  # F_n(ux)
+    lower = upper - counts / x.size  # F_n(ux - 0)
+    fu = np.asarray(cdf(ux), float)
+    fl = np.asarray(cdf(np.nextafter(ux, -np.inf)), float)
+    return float(max(np.max(np.abs(upper - fu)), np.max(np.abs(lower - fl))))
