@@ -1,0 +1,60 @@
+"""``tiedattention reproduce NAME|all --out DIR [--quick]``: the study's figures, theory and simulations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..cli_common import cli_errors
+from ..errors import ParameterError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("reproduce")
+    def reproduce(
+        name: Annotated[str, typer.Argument(help="figure name (fig1 ... fig6) or 'all'", show_default=False)],
+        out: Annotated[Path, typer.Option("--out", help="output directory (PNG, PDF, Parquet; store/ to resume)")],
+        quick: Annotated[
+            bool, typer.Option("--quick", help="small d, few seeds, coarse grids (all figures in minutes)")
+        ] = False,
+        workers: Annotated[
+            int | None, typer.Option("--workers", help="local worker processes (default: all cores)")
+        ] = None,
+        scheduler: Annotated[
+            str | None, typer.Option("--scheduler", help="dask.distributed scheduler, tcp://HOST:PORT")
+        ] = None,
+        progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress on stderr")] = True,
+    ) -> None:
+        """Reproduce a figure of the study: state evolution as lines, simulations (L-BFGS) as points with
+        standard errors. Writes OUT/NAME.png, .pdf and .parquet (the plotted data); interrupted runs resume
+        from OUT/store. Figures: see docs/gallery.md."""
+        from ..reproduce import FIGURES, figure_module
+        from ..reproduce import reproduce as run_figure
+        from ..sweep import SweepInterrupted
+        from .sweep import _sigterm_as_interrupt
+
+        with cli_errors():
+            names = list(FIGURES) if name == "all" else [name]
+            for n in names:
+                figure_module(n)
+            if workers is not None and workers < 1:
+                raise ParameterError("workers", f"must be >= 1 (got {workers})")
+            if scheduler is not None and "://" not in scheduler:
+                raise ParameterError("scheduler", f"expected tcp://HOST:PORT (got {scheduler!r})")
+            try:
+                with _sigterm_as_interrupt():
+                    for n in names:
+                        run_figure(n, out, quick=quick, workers=workers, executor=scheduler or "local",
+                                   progress=progress)
+            except SweepInterrupted as exc:
+                again = f"tiedattention reproduce {name} --out {out}" + (" --quick" if quick else "")
+                typer.echo(f"reproduce: {exc} (same command: {again})", err=True)
+                raise typer.Exit(code=130) from None
+            except KeyboardInterrupt:
+                typer.echo("reproduce: interrupted; run the same command again to resume", err=True)
+                raise typer.Exit(code=130) from None
+            except RuntimeError as exc:
+                typer.echo(f"reproduce: {exc}", err=True)
+                raise typer.Exit(code=1) from None

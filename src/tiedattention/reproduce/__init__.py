@@ -1,0 +1,133 @@
+"""Reproduce the figures of the study: ``tiedattention reproduce NAME --out DIR [--quick]``.
+
+Each figure is a module (:data:`FIGURES`) that says which cells it needs (theory curves, simulations,
+thresholds), tidies the computed cells into the plotted data, and draws it (see :mod:`.common`). The cells
+are computed by the sweep machinery into ``DIR/store``: an interrupted run resumes without recomputing what
+is finished. The outputs are ``DIR/<name>.png``, ``DIR/<name>.pdf`` and ``DIR/<name>.parquet`` (the plotted
+data), each written atomically.
+
+    from tiedattention.reproduce import reproduce
+    paths = reproduce("fig1", "out/figs", quick=True)
+
+The power-law figures of the study (sequential recovery, emergence, scaling laws, error decomposition) are
+not offered yet: they need the learned-spectrum and scaling-law parts of the theory.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..errors import ParameterError
+
+__all__ = ["FIGURES", "figure_module", "reproduce", "FigureResult"]
+
+#: figure name -> module (relative to this package) and one line on what it shows
+FIGURES: dict[str, str] = {
+    "fig1": "learning curve with learned spectra, and the rank of the minimiser vs alpha",
+}
+
+
+def figure_module(name: str) -> ModuleType:
+    """The module of a figure; ParameterError("name") for an unknown one."""
+    if name not in FIGURES:
+        raise ParameterError("name", f"unknown figure {name!r} (known: {', '.join(FIGURES)}, all)")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+@dataclass
+class FigureResult:
+    name: str
+    paths: list[Path]
+    cells: int = 0
+    computed: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def _say(message: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False).print(message, markup=False, soft_wrap=True)
+
+
+def reproduce(
+    name: str,
+    out: str | Path,
+    quick: bool = False,
+    workers: int | None = None,
+    executor: Any = "local",
+    progress: bool = True,
+    max_stages: int = 4,
+) -> FigureResult:
+    """Compute (or reuse) the cells of figure ``name`` in ``out/store`` and write its PNG, PDF and Parquet.
+
+    Raises :class:`~tiedattention.sweep.SweepInterrupted` on Ctrl-C (finished cells are kept) and
+    RuntimeError when cells failed (they are not stored; running again retries them).
+    """
+    from ..sweep import Store, run_sweep
+    from . import common
+
+    mod = figure_module(name)
+    out = Path(out)
+    store = Store(out / "store")
+    t0 = time.perf_counter()
+    result = FigureResult(name, [])
+    table = None
+    asked: set[str] = set()
+    for stage in range(max_stages):
+        cells = mod.build(quick, table)
+        keys = {c.key for c in cells}
+        if stage > 0 and keys <= asked:
+            break
+        asked |= keys
+        spec = common.spec_of(name, cells)
+        done = len(keys & store.done_keys())
+        _say(f"{name}: {len(cells)} cells ({done} already in {store.root}), {mod.TITLE}")
+        summary = run_sweep(spec, store, executor=executor, max_workers=workers, progress=progress)
+        result.cells = len(asked)
+        result.computed += summary.computed
+        if summary.failures:
+            by_key = {c.key: c for c in cells}
+            lines = [f"{by_key[k].route} alpha={by_key[k].params.get('alpha', by_key[k].params.get('alphas'))}: "
+                     f"{msg}" for k, msg in summary.failures.items()]
+            raise RuntimeError(f"{name}: {summary.failed} cells failed (rerun to retry them):\n  " + "\n  ".join(lines))
+        table = summary.table()
+    data = mod.tidy(table, quick)
+    data.insert(0, "figure", name)
+    data["quick"] = bool(quick)
+    plt = common.pyplot()
+    fig = mod.draw(data, quick)
+    paths = []
+    try:
+        for ext in ("png", "pdf"):
+            path = out / f"{name}.{ext}"
+            common.atomic_write(path, lambda p, ext=ext: fig.savefig(p, format=ext, bbox_inches="tight"))
+            paths.append(path)
+    finally:
+        plt.close(fig)
+    path = out / f"{name}.parquet"
+    common.atomic_write(path, lambda p: data.to_parquet(p, index=False))
+    paths.append(path)
+    bad = data[(data["kind"] == "simulation") & (data.get("converged_fraction", 1.0) < 1)] \
+        if "converged_fraction" in data else data.iloc[:0]
+    if len(bad):
+        result.notes.append(f"{len(bad)} simulation points where not every seed met the solver's stop rule")
+    theory = common.theory_frame(table)
+    if not theory.empty and not theory["converged"].astype(bool).all():
+        off = theory[~theory["converged"].astype(bool)]
+        where = ", ".join(f"{r.alpha:g} ({r.model}, lam={r.lam:g}, T={r.tokens})" for r in off.itertuples())
+        result.notes.append(f"state evolution did not converge at alpha = {where}; those points are not drawn")
+    result.paths = paths
+    result.seconds = time.perf_counter() - t0
+    for note in result.notes:
+        _say(f"{name}: note: {note}")
+    _say(f"{name}: wrote {', '.join(str(p) for p in paths)} in {result.seconds:.0f} s "
+         f"({result.computed} of {result.cells} cells computed now)")
+    sys.stderr.flush()
+    return result

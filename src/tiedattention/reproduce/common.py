@@ -1,0 +1,254 @@
+"""Shared machinery of the figures: cells, the resumable runner, tidy tables and plotting helpers.
+
+A figure module (``fig1.py`` ...) defines
+
+* ``TITLE`` -- one line saying what the figure shows;
+* ``build(quick, table) -> list[Cell]`` -- the cells to compute. It is called first with ``table=None``
+  and then with the table of the cells computed so far, until it asks for nothing new (a figure whose
+  simulations depend on theory results, e.g. the best lambda per alpha, asks for them in a second stage);
+* ``tidy(table, quick) -> DataFrame`` -- the plotted data, one row per plotted point (columns
+  :data:`TIDY_COLUMNS` plus figure-specific ones); it is written as ``<name>.parquet``;
+* ``draw(data, quick) -> matplotlib Figure`` -- the figure, drawn from the tidy data only.
+
+Cells go through :func:`tiedattention.sweep.run_sweep` into ``OUT/store``, so an interrupted ``reproduce``
+computes only what is missing when run again. Theory curves are single cells (route
+``tiedattention.reproduce.routes:theory_curve``), warm-started along alpha.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ParameterError
+from ..problem import Problem
+from ..sweep.spec import Cell, SweepSpec, cell_key
+
+__all__ = [
+    "THEORY_CURVE", "THRESHOLDS", "TIDY_COLUMNS", "options", "theory_curve_cells", "sim_cell", "threshold_cell",
+    "theory_frame", "sim_frame", "threshold_frame", "spec_of", "atomic_write", "Sizes",
+]
+
+THEORY_CURVE = "tiedattention.reproduce.routes:theory_curve"
+THRESHOLDS = "tiedattention.reproduce.routes:threshold_diagram"
+#: columns every tidy table has: which panel and series a point belongs to, theory or simulation
+TIDY_COLUMNS = ("panel", "kind", "series", "x", "y", "y_err")
+
+
+class Sizes:
+    """Simulation sizes of a mode: ``d``, ``seeds`` and the test-set size. The study: d = 100, 8 seeds."""
+
+    def __init__(self, quick: bool, d_quick: int = 40, seeds_quick: int = 2):
+        self.quick = quick
+        self.d = d_quick if quick else 100
+        self.seeds = seeds_quick if quick else 8
+        self.n_test = 1000 if quick else 4000
+
+
+# --------------------------------------------------------------------------------------------------
+# cells
+# --------------------------------------------------------------------------------------------------
+def options(**changes: Any) -> dict[str, Any]:
+    """Canonical problem options (defaults filled in, validated) with ``changes`` applied."""
+    return Problem.from_options(**changes).options()
+
+
+def _cell(route: str, params: dict[str, Any]) -> Cell:
+    params = {**params, "route": route}
+    return Cell(key=cell_key(params), route=route, params=params, device="auto")
+
+
+def theory_curve_cells(opts: dict[str, Any], alphas: Iterable[float], chunk: int | None = None,
+                       **channel: int) -> list[Cell]:
+    """Warm-started SE curve(s) over ``alphas`` (sorted); ``chunk`` splits it into cells of that many
+    consecutive alphas (for slow settings, T >= 3, so that an interruption loses little); ``channel`` may set
+    ``qmc_log2`` and ``replicas`` (the quasi-Monte Carlo rule of T >= 3)."""
+    a = sorted({float(f"{x:.10g}") for x in alphas})
+    if chunk is None or chunk >= len(a):
+        parts = [a]
+    else:
+        parts = [a[i:i + chunk] for i in range(0, len(a), chunk)]
+    return [_cell(THEORY_CURVE, {**opts, **channel, "alphas": p}) for p in parts]
+
+
+def sim_cell(opts: dict[str, Any], alpha: float, sizes: Sizes, solver: str = "lbfgs", seed0: int = 0,
+             return_spectra: bool = False, d: int | None = None) -> Cell:
+    """One ``simulate`` cell (``sizes.seeds`` seeds at dimension ``d`` or ``sizes.d``)."""
+    params = {**opts, "alpha": float(f"{alpha:.10g}"), "d": int(d or sizes.d), "seeds": int(sizes.seeds),
+              "solver": solver, "n_test": int(sizes.n_test), "seed0": int(seed0)}
+    if return_spectra:
+        params["return_spectra"] = True
+    return _cell("simulate", params)
+
+
+def threshold_cell(kappa0s: Sequence[float], noise: float) -> Cell:
+    return _cell(THRESHOLDS, {"kappa0s": [float(f"{k:.10g}") for k in kappa0s], "noise": float(noise)})
+
+
+def spec_of(name: str, cells: Sequence[Cell]) -> SweepSpec:
+    """A sweep spec made of explicit cells (the figures do not come from a TOML grid)."""
+    routes = tuple(dict.fromkeys(c.route for c in cells))
+    return SweepSpec(grid={"figure": [name]}, routes=routes, settings={}, cells=tuple(cells))
+
+
+# --------------------------------------------------------------------------------------------------
+# reading the store back
+# --------------------------------------------------------------------------------------------------
+_OPTION_COLUMNS = ("target", "noise", "noise_out", "lam", "tokens", "beta", "beta0", "kappa", "model", "task")
+
+
+def _route_rows(table: pd.DataFrame | None, route: str) -> pd.DataFrame:
+    if table is None or table.empty or "route" not in table.columns:
+        return pd.DataFrame()
+    return table[table["route"] == route]
+
+
+def theory_frame(table: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per SE point of every theory-curve cell: the problem options and the record's fields."""
+    rows = []
+    for _, cell in _route_rows(table, THEORY_CURVE).iterrows():
+        opts = {k: cell[k] for k in _OPTION_COLUMNS}
+        for rec in json.loads(cell["records"]):
+            rows.append({**opts, **rec})
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.sort_values(list(_OPTION_COLUMNS) + ["alpha"]).drop_duplicates(list(_OPTION_COLUMNS) + ["alpha"])
+        df = df.reset_index(drop=True)
+    return df
+
+
+def sim_frame(table: pd.DataFrame | None) -> pd.DataFrame:
+    """The ``simulate`` cells (one row per (problem, alpha, d)), sorted by alpha."""
+    df = _route_rows(table, "simulate")
+    return df.sort_values("alpha").reset_index(drop=True) if not df.empty else df
+
+
+def threshold_frame(table: pd.DataFrame | None) -> pd.DataFrame:
+    rows = []
+    for _, cell in _route_rows(table, THRESHOLDS).iterrows():
+        rows.extend(json.loads(cell["records"]))
+    return pd.DataFrame(rows)
+
+
+def select(df: pd.DataFrame, **eq: Any) -> pd.DataFrame:
+    """Rows of ``df`` whose columns equal the given values (floats compared to 1e-12 relative)."""
+    if df.empty:
+        return df
+    mask = np.ones(len(df), bool)
+    for k, v in eq.items():
+        col = df[k]
+        if isinstance(v, float):
+            mask &= np.isclose(col.astype(float), v, rtol=1e-12, atol=0.0)
+        else:
+            mask &= (col == v).to_numpy()
+    return df[mask]
+
+
+def kappa0_of(target: str) -> float:
+    """kappa0 of an ``mp:K`` target spec."""
+    return float(target.split(":", 1)[1]) if target.startswith("mp:") else math.nan
+
+
+# --------------------------------------------------------------------------------------------------
+# tidy tables
+# --------------------------------------------------------------------------------------------------
+def theory_points(df: pd.DataFrame, panel: str, series: str, x: str, y: str, **extra: Any) -> pd.DataFrame:
+    """Tidy rows (kind = theory) of SE records: converged points only (the others are reported)."""
+    ok = df[df["converged"].astype(bool)] if not df.empty else df
+    out = pd.DataFrame({
+        "panel": panel, "kind": "theory", "series": series, "x": ok[x].astype(float).to_numpy(),
+        "y": ok[y].astype(float).to_numpy(), "y_err": np.nan,
+    })
+    for k, v in extra.items():
+        out[k] = v
+    return out
+
+
+def sim_points(df: pd.DataFrame, panel: str, series: str, x: str, y: str, **extra: Any) -> pd.DataFrame:
+    """Tidy rows (kind = simulation): mean over seeds and its standard error."""
+    out = pd.DataFrame({
+        "panel": panel, "kind": "simulation", "series": series, "x": df[x].astype(float).to_numpy(),
+        "y": df[f"{y}_mean"].astype(float).to_numpy(), "y_err": df[f"{y}_sem"].astype(float).to_numpy(),
+        "d": df["d"].astype(int).to_numpy() if len(df) else [], "seeds": df["seeds"].astype(int).to_numpy()
+        if len(df) else [],
+        "converged_fraction": df["converged"].astype(float).to_numpy() if len(df) else [],
+    })
+    for k, v in extra.items():
+        out[k] = v
+    return out
+
+
+def concat(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if f is not None and not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=list(TIDY_COLUMNS))
+    df = pd.concat(frames, ignore_index=True)
+    return df[list(TIDY_COLUMNS) + [c for c in df.columns if c not in TIDY_COLUMNS]]
+
+
+# --------------------------------------------------------------------------------------------------
+# plotting
+# --------------------------------------------------------------------------------------------------
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (imported lazily: matplotlib is an optional dependency)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ParameterError("plot", "reproduce needs matplotlib: install tiedattention[plot]") from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({
+        "font.size": 9, "axes.titlesize": 9.5, "axes.labelsize": 9, "legend.fontsize": 7.5,
+        "xtick.labelsize": 8, "ytick.labelsize": 8, "axes.grid": True, "grid.alpha": 0.25,
+        "savefig.dpi": 110, "figure.dpi": 110, "lines.linewidth": 1.5,
+    })
+    return plt
+
+
+def plot_theory(ax, data: pd.DataFrame, panel: str, series: str, label: str | None = None, **kw: Any):
+    sub = data[(data["panel"] == panel) & (data["series"] == series) & (data["kind"] == "theory")]
+    sub = sub.sort_values("x")
+    if sub.empty:
+        return None
+    (line,) = ax.plot(sub["x"], sub["y"], label=label, **kw)
+    return line
+
+
+def plot_sim(ax, data: pd.DataFrame, panel: str, series: str, label: str | None = None, color=None,
+             marker: str = "o", **kw: Any):
+    sub = data[(data["panel"] == panel) & (data["series"] == series) & (data["kind"] == "simulation")]
+    if sub.empty:
+        return None
+    return ax.errorbar(sub["x"], sub["y"], yerr=sub["y_err"].fillna(0.0), fmt=marker, ms=4.5, capsize=2.5,
+                       elinewidth=1.0, color=color, mfc="white", mew=1.2, label=label, zorder=3, **kw)
+
+
+def sim_caption(sizes: Sizes, extra: str = "") -> str:
+    return (f"points: simulations, L-BFGS to convergence (exact minimiser), d = {sizes.d}, mean ± s.e. over "
+            f"{sizes.seeds} seeds{extra}; lines: state evolution (d → ∞)")
+
+
+# --------------------------------------------------------------------------------------------------
+# output
+# --------------------------------------------------------------------------------------------------
+def atomic_write(path: Path, write) -> None:
+    """Call ``write(tmp_path)`` then rename the temporary file over ``path`` (same directory)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{path.stem}-{os.getpid()}-{uuid.uuid4().hex[:8]}{path.suffix}"
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

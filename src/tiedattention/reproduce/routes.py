@@ -1,0 +1,71 @@
+"""Sweep routes used by the figures (``"tiedattention.reproduce.routes:<name>"``).
+
+* :func:`theory_curve` -- a whole warm-started SE learning curve (a list of alphas) as one cell: warm starts
+  along alpha make a curve several times cheaper than independent points;
+* :func:`threshold_diagram` -- the lambda -> 0+ thresholds (alpha_bar units) over a list of kappa0.
+
+Both return the records as JSON text (``records``), which the store keeps as one string column.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ConvergenceWarning
+from ..sweep.spec import problem_from_params
+
+__all__ = ["theory_curve", "threshold_diagram"]
+
+
+def theory_curve(params: Mapping[str, Any]) -> dict[str, Any]:
+    """SE learning curve of the cell's problem over ``params["alphas"]`` (increasing), warm-started.
+
+    Optional ``qmc_log2`` and ``replicas`` set the channel's quasi-Monte Carlo rule (used for T >= 3).
+    """
+    from ..theory import theory_records
+
+    problem = problem_from_params(params)
+    alphas = [float(a) for a in params["alphas"]]
+    # optional quadrature settings of the channel (T >= 3 uses scrambled Sobol' points: 2^qmc_log2 x replicas)
+    channel = {k: int(params[k]) for k in ("qmc_log2", "replicas") if k in params}
+    with warnings.catch_warnings():
+        # a point that does not converge says so in its record (converged: false); the figure shows it
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        records = theory_records(problem, alphas, channel_options=channel or None)
+    return {
+        "records": json.dumps(records),
+        "n_points": len(records),
+        "n_converged": sum(bool(r["converged"]) for r in records),
+    }
+
+
+def threshold_diagram(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Thresholds vs the MP rank fraction kappa0 (closed forms, and the SE interpolation threshold at the
+    cell's noise Delta when it is > 0)."""
+    from ..targets import parse_target
+    from ..theory.thresholds import (
+        bayes_optimal,
+        interpolation_noiseless,
+        interpolation_threshold,
+        perfect_recovery_direct,
+        perfect_recovery_factorized,
+    )
+
+    noise = float(params["noise"])
+    records = []
+    for k0 in params["kappa0s"]:
+        k0 = float(k0)
+        rec = {
+            "kappa0": k0,
+            "bayes_optimal": bayes_optimal(k0),
+            "perfect_recovery_factorized": perfect_recovery_factorized(k0),
+            "perfect_recovery_direct": perfect_recovery_direct(),
+            "interpolation_noiseless": interpolation_noiseless(k0),
+        }
+        if noise > 0:
+            rec["interpolation_noisy"] = interpolation_threshold(parse_target(f"mp:{k0:g}").measure(), noise)
+        records.append(rec)
+    return {"records": json.dumps(records), "n_points": len(records)}
