@@ -1,0 +1,162 @@
+"""`tiedattention scaling`: the excess test error e_test - e_0 along n for a power-law target, and its exponent.
+
+At finite ``--d`` the curve is the state evolution at alpha = n/d^2; at ``--d inf`` it is the scaling limit
+d -> infinity at fixed nu = n/d (then ``--n-range`` is read as a range of nu = n/d). JSON Lines: one object per
+point, then a last object with fitted_exponent, fitted_exponent_ci, predicted_exponent and the regime.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from ..cli_common import (
+    Beta0Opt,
+    BetaOpt,
+    JsonOpt,
+    KappaOpt,
+    LamOpt,
+    ModelOpt,
+    NoiseOpt,
+    NoiseOutOpt,
+    TaskOpt,
+    TokensOpt,
+    cli_errors,
+    emit_json,
+    problem_from_cli,
+)
+from ..errors import ParameterError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("scaling")(scaling)
+
+
+def _range(text: str) -> tuple[float, float]:
+    try:
+        lo, hi = (float(v) for v in text.split(":"))
+    except ValueError:
+        raise ParameterError("n-range", f"cannot read '{text}' (expected LO:HI, e.g. 1e3:1e8)") from None
+    if not (0 < lo < hi and math.isfinite(hi)):
+        raise ParameterError("n-range", f"needs 0 < LO < HI (got {text})")
+    return lo, hi
+
+
+def scaling(
+    target: Annotated[str, typer.Option("--target", help="powerlaw:G[:cutoff=R]")] = "powerlaw:1.25",
+    noise: NoiseOpt = 0.5,
+    noise_out: NoiseOutOpt = 0.0,
+    lam: LamOpt = 0.01,
+    tokens: TokensOpt = 2,
+    beta: BetaOpt = 1.0,
+    beta0: Beta0Opt = 1.0,
+    kappa: KappaOpt = 1.0,
+    model: ModelOpt = "factorized",
+    task: TaskOpt = "seq2lab",
+    d: Annotated[str, typer.Option("--d", help="dimension, or inf for the scaling limit")] = "inf",
+    n_range: Annotated[str, typer.Option("--n-range", help="LO:HI samples n (at --d inf: nu = n/d)")] = "1e3:1e8",
+    points: Annotated[int, typer.Option("--points", help="log-spaced points in the range")] = 20,
+    lam_rule: Annotated[
+        str, typer.Option("--lam-rule", help="optimal | fixed:LAM | power:P[:LAM1] (lambda = LAM1 (n/d)^P/sqrt(d))")
+    ] = "optimal",
+    kmin: Annotated[int, typer.Option("--kmin", help="fit only points with k* >= kmin")] = 3,
+    kmax_frac: Annotated[float, typer.Option("--kmax-frac", help="finite d: fit only points with k* <= frac d")] = 0.25,
+    out: Annotated[str | None, typer.Option("--out", help="write a log-log figure (PNG)")] = None,
+    order: Annotated[int | None, typer.Option("--order", help="Gauss-Hermite order per dimension (T=2)")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Scaling law of the excess test error for a power-law target (docs/theory/scaling.md)."""
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from ..targets import PowerLawTarget
+    from ..theory.scaling import finite_d_curve, fit_exponent, limit_curve, parse_lam_rule, predicted_exponent
+
+    with cli_errors():
+        problem = problem_from_cli(target, noise, noise_out, lam, tokens, beta, beta0, kappa, model, task)
+        tgt = problem.task.target
+        if not isinstance(tgt, PowerLawTarget):
+            raise ParameterError("target", "scaling needs a power-law target (powerlaw:G)")
+        d_inf = d.strip().lower() in ("inf", "infinity")
+        if not d_inf:
+            try:
+                d_val = int(d)
+            except ValueError:
+                raise ParameterError("d", f"must be an integer >= 2 or inf (got {d})") from None
+            if d_val < 2:
+                raise ParameterError("d", f"must be an integer >= 2 or inf (got {d})")
+        rule = parse_lam_rule(lam_rule)
+        lo, hi = _range(n_range)
+        if points < 3:
+            raise ParameterError("points", f"needs at least 3 points (got {points})")
+        grid = np.geomspace(lo, hi, points)
+        options = {"channel_options": {"order": order}} if order is not None else {}
+        if order is not None and order < 2:
+            raise ParameterError("order", f"must be >= 2 (got {order})")
+        err = Console(stderr=True)
+        with Progress(console=err, transient=True) as bar:
+            job = bar.add_task("scaling curve", total=points)
+            if d_inf:
+                records = limit_curve(problem, grid, rule, progress=lambda: bar.advance(job), **options)
+            else:
+                records = finite_d_curve(problem, d_val, grid / d_val**2, rule, progress=lambda: bar.advance(job),
+                                         **options)
+                for r in records:
+                    r["n"] = r["alpha"] * d_val**2
+        kcap = math.inf if d_inf else kmax_frac * d_val
+        use = [r for r in records if r["converged"] and r["excess"] > 0 and kmin <= r["k_star"] <= kcap]
+        x = [r["nu"] if d_inf else r["n"] for r in use]
+        try:
+            fit = fit_exponent(x, [r["excess"] for r in use])
+        except ValueError as exc:
+            fit = {"fitted_exponent": None, "fitted_exponent_ci": None, "message": str(exc), "points": len(use)}
+        f_pred, regime = predicted_exponent(tgt.gamma, rule, kappa=kappa, d_inf=d_inf)
+        summary = {"summary": True, "target": tgt.spec, "d": None if d_inf else d_val, "lam_rule": rule.spec, **fit,
+                   "predicted_exponent": f_pred, "regime": regime,
+                   "fit_window": {"k_star_min": kmin, "k_star_max": None if d_inf else kcap},
+                   "all_converged": all(r["converged"] for r in records)}
+    if out is not None:
+        _figure(out, records, use, d_inf, summary)
+    if json:
+        for rec in records:
+            emit_json(rec)
+        emit_json(summary)
+        return
+    table = Table(title=f"scaling: {tgt.spec} d={d} λ-rule={rule.spec} Δ={noise}")
+    for col in ("n/d" if d_inf else "n", "λ√d" if d_inf else "λ", "test error", "excess", "k*", "conv"):
+        table.add_column(col, justify="right")
+    for r in records:
+        table.add_row(f"{(r['nu'] if d_inf else r['n']):.4g}", f"{(r['lam_t'] if d_inf else r['lam']):.4g}",
+                      f"{r['test_error']:.6f}", f"{r['excess']:.3e}", str(r["k_star"]),
+                      "yes" if r["converged"] else "NO")
+    con = Console()
+    con.print(table)
+    fe = summary["fitted_exponent"]
+    con.print(f"fitted exponent {fe if fe is None else round(fe, 4)} (CI {summary['fitted_exponent_ci']}), "
+              f"predicted {f_pred:.4f}: {regime}")
+
+
+def _figure(path, records, use, d_inf, summary) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key = "nu" if d_inf else "n"
+    fig, ax = plt.subplots(figsize=(5, 4))
+    xs = [r[key] for r in records if r["excess"] > 0]
+    ax.loglog(xs, [r["excess"] for r in records if r["excess"] > 0], "o-", ms=3, label="state evolution")
+    if summary.get("fitted_exponent") is not None and use:
+        x0 = np.array([use[0][key], use[-1][key]])
+        y0 = use[0]["excess"] * (x0 / x0[0]) ** (-summary["predicted_exponent"])
+        ax.loglog(x0, y0, "k--", label=f"slope -{summary['predicted_exponent']:.3f} (derived)")
+    ax.set_xlabel("n/d" if d_inf else "n")
+    ax.set_ylabel("e_test - e_0")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
