@@ -318,10 +318,13 @@ class FreeConvolution:
         g, dg = self.kernel.g_dg(u, v)
         y = u + t * g.real
         # v'(u) from phi(u, v(u)) = 1/t
-        dphi_du = -dg.imag / v
-        dphi_dv = -dg.real / v + g.imag / v**2
-        dv_du = -dphi_du / dphi_dv
-        dpsi = 1.0 + t * (dg.real - dg.imag * dv_du)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dphi_du = -dg.imag / v
+            dphi_dv = -dg.real / v + g.imag / v**2
+            dv_du = -dphi_du / dphi_dv
+            dpsi = 1.0 + t * (dg.real - dg.imag * dv_du)
+        # a node that lands exactly on an edge (v = 0 after rounding) carries no density
+        dpsi = np.where(v > 0, dpsi, 0.0)
         return {"u": u, "v": v, "y": y, "rho": v / (np.pi * t), "re_g": g.real, "dpsi": dpsi}
 
     def psi(self, u: np.ndarray) -> np.ndarray:
