@@ -66,7 +66,7 @@ def simulate(
     alpha: Annotated[str, typer.Option("--alpha", help="α = n/d² values: a,b,c or start:stop:num (log)")],
     d: Annotated[int, typer.Option("--d", help="token dimension d (n = round(α d²) sequences)")] = 100,
     seeds: Annotated[int, typer.Option("--seeds", help="independent data sets per α")] = 8,
-    solver: Annotated[str, typer.Option("--solver", help="adam | lbfgs | prox (or any registered solver)")] = "adam",
+    solver: Annotated[str, typer.Option("--solver", help="adam | lbfgs | prox | gamp | ...")] = "adam",
     device: Annotated[str, typer.Option("--device", help="cpu | cuda")] = "cpu",
     seed: Annotated[int, typer.Option("--seed", help="first seed (seeds seed .. seed+seeds-1)")] = 0,
     n_test: Annotated[int, typer.Option("--n-test", help="fresh test sequences per seed")] = 2000,
@@ -108,7 +108,10 @@ def simulate(
         if save_spectra_to is not None and not save_spectra_to.parent.resolve().is_dir():
             raise ParameterError("save-spectra", f"directory {save_spectra_to.parent} does not exist")
 
+        from ..amp import register as register_gamp
         from ..simulation import SOLVERS, n_of, resolve_device, simulate_record
+
+        register_gamp()  # the "gamp" solver lives above the simulation layer (it uses the theory's channel)
 
         if solver not in SOLVERS:
             raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
