@@ -258,6 +258,9 @@ def outlier_alphas(problem: Problem, alphas, d: int | None = None, max_weight: f
     g, f = _Kernel(se.measure).rest_sums(theta)
     margins = np.full((len(grid), theta.size), -1.0)
     for j, res in enumerate(se.learning_curve(grid)):
+        if not res.converged:  # unknown there: never used as a bracket end
+            margins[j] = np.nan
+            continue
         sp = spectrum_from_result(problem, se.measure, res)
         if sp.fc is None:
             continue
@@ -266,7 +269,7 @@ def outlier_alphas(problem: Problem, alphas, d: int | None = None, max_weight: f
     out = {}
     for k, th in enumerate(theta):
         m = margins[:, k]
-        up = np.flatnonzero((m[:-1] <= 0) & (m[1:] > 0))
+        up = np.flatnonzero((m[:-1] <= 0) & (m[1:] > 0))  # (comparisons with nan are False)
         if m[0] > 0:
             out[float(th)] = float(grid[0])
         elif up.size:
