@@ -9,10 +9,12 @@ line on stderr and exit code 2, so no command prints half a result.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import numpy as np
@@ -45,6 +47,49 @@ def problem_from_cli(
         target=target, noise=noise, noise_out=noise_out, lam=lam, tokens=tokens, beta=beta, beta0=beta0,
         kappa=kappa, model=model, task=task,
     )
+
+
+# the problem options shared by every command: (name, annotated type, default) -- ARCHITECTURE.md's contract
+PROBLEM_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("target", TargetOpt, "mp:0.5"),
+    ("noise", NoiseOpt, 0.5),
+    ("noise_out", NoiseOutOpt, 0.0),
+    ("lam", LamOpt, 0.01),
+    ("tokens", TokensOpt, 2),
+    ("beta", BetaOpt, 1.0),
+    ("beta0", Beta0Opt, 1.0),
+    ("kappa", KappaOpt, 1.0),
+    ("model", ModelOpt, "factorized"),
+    ("task", TaskOpt, "seq2lab"),
+)
+
+
+def with_problem(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator for a typer command taking ``problem``: adds the shared problem options to its signature,
+    validates them once (one error line, exit 2) and passes the :class:`Problem` in their place."""
+    import typing
+
+    sig = inspect.signature(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)  # resolve postponed (string) annotations
+    own = [p.replace(annotation=hints.get(name, p.annotation)) for name, p in sig.parameters.items()
+           if name != "problem"]
+    shared = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annot)
+        for name, annot, default in PROBLEM_OPTIONS
+    ]
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Any:
+        opts = {name: kwargs.pop(name) for name, _, _ in PROBLEM_OPTIONS}
+        with cli_errors():
+            problem = problem_from_cli(**opts)
+        return fn(problem=problem, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=own + shared)  # type: ignore[attr-defined]
+    annotations = {k: v for k, v in hints.items() if k != "problem"}
+    annotations.update({name: annot for name, annot, _ in PROBLEM_OPTIONS})
+    wrapper.__annotations__ = annotations
+    return wrapper
 
 
 def parse_floats(text: str, name: str = "alpha", positive: bool = True) -> list[float]:

@@ -9,24 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from ..cli_common import (
-    Beta0Opt,
-    BetaOpt,
-    JsonOpt,
-    KappaOpt,
-    LamOpt,
-    ModelOpt,
-    NoiseOpt,
-    NoiseOutOpt,
-    TargetOpt,
-    TaskOpt,
-    TokensOpt,
-    cli_errors,
-    emit_json,
-    parse_floats,
-    problem_from_cli,
-)
+from ..cli_common import JsonOpt, cli_errors, emit_json, parse_floats, with_problem
 from ..errors import ParameterError
+from ..problem import Problem
 
 
 def register(app: typer.Typer) -> None:
@@ -62,7 +47,9 @@ def save_spectra(path: Path, records: list[dict[str, Any]]) -> None:
         raise
 
 
+@with_problem
 def simulate(
+    problem: Problem,
     alpha: Annotated[str, typer.Option("--alpha", help="α = n/d² values: a,b,c or start:stop:num (log)")],
     d: Annotated[int, typer.Option("--d", help="token dimension d (n = round(α d²) sequences)")] = 100,
     seeds: Annotated[int, typer.Option("--seeds", help="independent data sets per α")] = 8,
@@ -75,16 +62,6 @@ def simulate(
     ] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads")] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="adam: maximum steps")] = None,
-    target: TargetOpt = "mp:0.5",
-    noise: NoiseOpt = 0.5,
-    noise_out: NoiseOutOpt = 0.0,
-    lam: LamOpt = 0.01,
-    tokens: TokensOpt = 2,
-    beta: BetaOpt = 1.0,
-    beta0: Beta0Opt = 1.0,
-    kappa: KappaOpt = 1.0,
-    model: ModelOpt = "factorized",
-    task: TaskOpt = "seq2lab",
     json: JsonOpt = False,
 ) -> None:
     """Train the student at finite d (seeds independent data sets per α) and report errors, MSE and rank."""
@@ -93,7 +70,6 @@ def simulate(
     from rich.table import Table
 
     with cli_errors():
-        problem = problem_from_cli(target, noise, noise_out, lam, tokens, beta, beta0, kappa, model, task)
         alphas = parse_floats(alpha, "alpha")
         if d < 2:
             raise ParameterError("d", f"must be an integer >= 2 (got {d})")
@@ -142,7 +118,8 @@ def simulate(
         if save_spectra_to is not None:
             save_spectra(save_spectra_to, records)
     if not json:
-        table = Table(title=f"simulation ({solver}, d={d}, {seeds} seeds): {problem.task.target} Δ={noise} λ={lam}",
+        table = Table(title=f"simulation ({solver}, d={d}, {seeds} seeds): {problem.task.target} "
+                      f"Δ={problem.task.noise} λ={problem.student.lam}",
                       caption="test/clean: test error against noisy/clean labels; rank: fraction of eig > 1e-6 max")
         for col in ("α", "n", "test", "± sem", "clean", "train", "MSE S", "rank", "conv", "s"):
             table.add_column(col, justify="right")

@@ -6,42 +6,19 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import (
-    Beta0Opt,
-    BetaOpt,
-    JsonOpt,
-    KappaOpt,
-    LamOpt,
-    ModelOpt,
-    NoiseOpt,
-    NoiseOutOpt,
-    TargetOpt,
-    TaskOpt,
-    TokensOpt,
-    cli_errors,
-    emit_json,
-    parse_floats,
-    problem_from_cli,
-)
+from ..cli_common import JsonOpt, cli_errors, emit_json, parse_floats, with_problem
 from ..errors import ParameterError
+from ..problem import Problem
 
 
 def register(app: typer.Typer) -> None:
     app.command("theory")(theory)
 
 
+@with_problem
 def theory(
+    problem: Problem,
     alpha: Annotated[str, typer.Option("--alpha", help="α = n/d² values: a,b,c or start:stop:num (log)")],
-    target: TargetOpt = "mp:0.5",
-    noise: NoiseOpt = 0.5,
-    noise_out: NoiseOutOpt = 0.0,
-    lam: LamOpt = 0.01,
-    tokens: TokensOpt = 2,
-    beta: BetaOpt = 1.0,
-    beta0: Beta0Opt = 1.0,
-    kappa: KappaOpt = 1.0,
-    model: ModelOpt = "factorized",
-    task: TaskOpt = "seq2lab",
     d: Annotated[int | None, typer.Option("--d", help="dimension for list-based targets (power law, spikes)")] = None,
     tol: Annotated[float, typer.Option("--tol", help="fixed-point tolerance (relative residual)")] = 1e-10,
     order: Annotated[int | None, typer.Option("--order", help="Gauss-Hermite order per dimension (T=2)")] = None,
@@ -55,7 +32,6 @@ def theory(
     from ..theory.api import theory_records
 
     with cli_errors():
-        problem = problem_from_cli(target, noise, noise_out, lam, tokens, beta, beta0, kappa, model, task)
         alphas = sorted(parse_floats(alpha, "alpha"))
         if d is not None and d < 2:
             raise ParameterError("d", f"must be an integer >= 2 (got {d})")
@@ -74,7 +50,8 @@ def theory(
         for rec in records:
             emit_json(rec)
         return
-    table = Table(title=f"state evolution: {problem.task.target} Δ={noise} λ={lam} T={tokens}")
+    o = problem.options()
+    table = Table(title=f"state evolution: {o['target']} Δ={o['noise']} λ={o['lam']} T={o['tokens']}")
     for col in ("α", "ᾱ", "test error", "test (clean)", "train error", "MSE on S", "rank", "conv", "s"):
         table.add_column(col, justify="right")
     for r in records:

@@ -6,39 +6,17 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import (
-    Beta0Opt,
-    BetaOpt,
-    JsonOpt,
-    KappaOpt,
-    LamOpt,
-    ModelOpt,
-    NoiseOpt,
-    NoiseOutOpt,
-    TargetOpt,
-    TaskOpt,
-    TokensOpt,
-    cli_errors,
-    emit_json,
-    problem_from_cli,
-)
+from ..cli_common import JsonOpt, cli_errors, emit_json, with_problem
+from ..problem import Problem
 
 
 def register(app: typer.Typer) -> None:
     app.command("thresholds")(thresholds_cmd)
 
 
+@with_problem
 def thresholds_cmd(
-    target: TargetOpt = "mp:0.5",
-    noise: NoiseOpt = 0.5,
-    noise_out: NoiseOutOpt = 0.0,
-    lam: LamOpt = 0.01,
-    tokens: TokensOpt = 2,
-    beta: BetaOpt = 1.0,
-    beta0: Beta0Opt = 1.0,
-    kappa: KappaOpt = 1.0,
-    model: ModelOpt = "factorized",
-    task: TaskOpt = "seq2lab",
+    problem: Problem,
     d: Annotated[int | None, typer.Option("--d", help="dimension for list-based targets")] = None,
     json: JsonOpt = False,
 ) -> None:
@@ -49,12 +27,12 @@ def thresholds_cmd(
     from ..theory.thresholds import thresholds
 
     with cli_errors():
-        problem = problem_from_cli(target, noise, noise_out, lam, tokens, beta, beta0, kappa, model, task)
         th = thresholds(problem, d=d).to_dict()
     if json:
         emit_json(th)
         return
-    table = Table(title=f"thresholds: {problem.task.target} (κ0 = {th['kappa0']:.4g}), Δ = {noise}, T = {tokens}")
+    o = problem.options()
+    table = Table(title=f"thresholds: {o['target']} (κ0 = {th['kappa0']:.4g}), Δ = {o['noise']}, T = {o['tokens']}")
     for col in ("threshold", "ᾱ", "α = n/d²"):
         table.add_column(col, justify="right")
     for name in ("interpolation", "perfect_recovery_factorized", "perfect_recovery_direct", "bayes_optimal"):
