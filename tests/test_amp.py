@@ -201,7 +201,7 @@ def _undamped(pb, alpha, d, seeds, iterations):
 @pytest.mark.slow
 def test_gamp_tracks_the_state_evolution_alpha_05():
     """Undamped GAMP from S_0 = 0, V_0 = 1 against the undamped SE map from (0, 0, 1), 4 seeds at d = 100.
-    Measured: max relative deviation of the seed mean over 25 iterations q 0.7%, m 0.3%, Sigma 2.3% (t = 3;
+    Measured: max relative deviation of the seed mean over 25 iterations q 0.7%, m 1.1%, Sigma 2.3% (t = 3;
     the finite-d factor 2N/d^2 = (d+1)/d alone is 1%)."""
     pb = Problem.from_options(**REF)
     its = 25
