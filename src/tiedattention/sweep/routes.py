@@ -64,6 +64,11 @@ _SIM_FIXED = ("d", "seeds")
 def route_simulate(params: Mapping[str, Any], device: str | None = None) -> dict[str, Any]:
     from ..simulation import simulate_record
 
+    if params.get("solver") == "gamp":  # GAMP sits above the simulation layer; register it on the worker
+        from ..amp import register as register_gamp
+
+        register_gamp()
+
     trainer = {k: v for k, v in params.items() if k not in PROBLEM_OPTIONS and k not in _SIM_FIXED
                and k not in ("alpha", "route", "target_sha256")}
     dev = resolve_device(device)
