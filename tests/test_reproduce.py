@@ -21,7 +21,7 @@ runner = CliRunner()
 
 
 def test_registry_lists_the_figures():
-    assert list(rp.FIGURES) == ["fig1"]
+    assert list(rp.FIGURES) == ["fig1", "fig2", "fig3", "fig4", "fig5", "fig6"]
     for name in rp.FIGURES:
         mod = rp.figure_module(name)
         for attr in ("TITLE", "build", "tidy", "draw"):
@@ -96,3 +96,25 @@ def test_bad_name_one_line_exit_2(tmp_path):
     assert not (tmp_path / "x").exists()
     res = runner.invoke(app, ["reproduce", "fig1", "--out", str(tmp_path / "x"), "--workers", "0"])
     assert res.exit_code == 2 and "--workers" in res.output
+
+
+def test_theory_curve_records_a_failing_point_instead_of_failing(monkeypatch):
+    from tiedattention.reproduce import routes
+    from tiedattention.theory.state_evolution import StateEvolution
+
+    real = StateEvolution.solve
+
+    def solve(self, alpha, init=None):
+        if alpha == 0.2:
+            raise ValueError("boom")
+        return real(self, alpha, init=init)
+
+    monkeypatch.setattr(StateEvolution, "solve", solve)
+    params = {**common.options(), "alphas": [0.1, 0.2, 0.3]}
+    out = routes.theory_curve(params)
+    import json
+
+    recs = json.loads(out["records"])
+    assert [r["alpha"] for r in recs] == [0.1, 0.2, 0.3]
+    assert [r["converged"] for r in recs] == [True, False, True]
+    assert "boom" in recs[1]["message"] and out["n_converged"] == 2

@@ -30,6 +30,11 @@ __all__ = ["FIGURES", "figure_module", "reproduce", "FigureResult"]
 #: figure name -> module (relative to this package) and one line on what it shows
 FIGURES: dict[str, str] = {
     "fig1": "learning curve with learned spectra, and the rank of the minimiser vs alpha",
+    "fig2": "test and train error for lambda = 1e-2 ... 1e-5 and lambda -> 0+: the interpolation peak",
+    "fig3": "factorised vs direct (ridge) student at the best lambda, and the threshold diagram vs kappa0",
+    "fig4": "seq2seq vs seq2lab",
+    "fig5": "temperature beta = beta0 in {0.5, 1, 2}",
+    "fig6": "number of tokens T in {2, 3, 5} against alpha_bar",
 }
 
 
@@ -94,8 +99,12 @@ def reproduce(
         result.computed += summary.computed
         if summary.failures:
             by_key = {c.key: c for c in cells}
-            lines = [f"{by_key[k].route} alpha={by_key[k].params.get('alpha', by_key[k].params.get('alphas'))}: "
-                     f"{msg}" for k, msg in summary.failures.items()]
+            lines = []
+            for k, msg in summary.failures.items():
+                prm = by_key[k].params
+                what = ", ".join(f"{n}={prm[n]}" for n in ("model", "lam", "tokens", "beta", "task", "alpha", "alphas")
+                                 if n in prm)
+                lines.append(f"{by_key[k].route} ({what}): {msg}")
             raise RuntimeError(f"{name}: {summary.failed} cells failed (rerun to retry them):\n  " + "\n  ".join(lines))
         table = summary.table()
     data = mod.tidy(table, quick)
@@ -121,7 +130,7 @@ def reproduce(
     theory = common.theory_frame(table)
     if not theory.empty and not theory["converged"].astype(bool).all():
         off = theory[~theory["converged"].astype(bool)]
-        where = ", ".join(f"{r.alpha:g} ({r.model}, lam={r.lam:g}, T={r.tokens})" for r in off.itertuples())
+        where = ", ".join(f"{r.alpha:g} ({r.model}, lam={r.lam:g}, T={int(r.tokens)})" for r in off.itertuples())
         result.notes.append(f"state evolution did not converge at alpha = {where}; those points are not drawn")
     result.paths = paths
     result.seconds = time.perf_counter() - t0

@@ -224,17 +224,33 @@ def plot_theory(ax, data: pd.DataFrame, panel: str, series: str, label: str | No
 
 
 def plot_sim(ax, data: pd.DataFrame, panel: str, series: str, label: str | None = None, color=None,
-             marker: str = "o", **kw: Any):
+             marker: str = "o", xshift: float = 1.0, **kw: Any):
+    """Simulation points with standard-error bars; ``xshift`` multiplies x (to separate overlapping series)."""
     sub = data[(data["panel"] == panel) & (data["series"] == series) & (data["kind"] == "simulation")]
     if sub.empty:
         return None
-    return ax.errorbar(sub["x"], sub["y"], yerr=sub["y_err"].fillna(0.0), fmt=marker, ms=4.5, capsize=2.5,
+    return ax.errorbar(sub["x"] * xshift, sub["y"], yerr=sub["y_err"].fillna(0.0), fmt=marker, ms=4.5, capsize=2.5,
                        elinewidth=1.0, color=color, mfc="white", mew=1.2, label=label, zorder=3, **kw)
 
 
-def sim_caption(sizes: Sizes, extra: str = "") -> str:
-    return (f"points: simulations, L-BFGS to convergence (exact minimiser), d = {sizes.d}, mean ± s.e. over "
+SOLVER_NAMES = {
+    "lbfgs": "L-BFGS on W to convergence (exact minimiser)",
+    "prox": "accelerated proximal gradient on S to convergence (exact minimiser, exact zero eigenvalues)",
+    "adam": "Adam",
+}
+
+
+def sim_caption(sizes: Sizes, extra: str = "", solver: str = "lbfgs") -> str:
+    return (f"points: simulations, {SOLVER_NAMES.get(solver, solver)}, d = {sizes.d}, mean ± s.e. over "
             f"{sizes.seeds} seeds{extra}; lines: state evolution (d → ∞)")
+
+
+def caption(fig, text: str, y: float = -0.01) -> None:
+    """A caption under the figure, wrapped to its width (so that it never widens the saved image)."""
+    import textwrap
+
+    width = int(fig.get_figwidth() * 17)
+    fig.text(0.01, y, textwrap.fill(text, width), fontsize=7.5, ha="left", va="top")
 
 
 # --------------------------------------------------------------------------------------------------

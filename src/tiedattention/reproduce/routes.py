@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConvergenceWarning
+from ..problem import alpha_bar
 from ..sweep.spec import problem_from_params
 
 __all__ = ["theory_curve", "threshold_diagram"]
@@ -23,18 +24,38 @@ __all__ = ["theory_curve", "threshold_diagram"]
 def theory_curve(params: Mapping[str, Any]) -> dict[str, Any]:
     """SE learning curve of the cell's problem over ``params["alphas"]`` (increasing), warm-started.
 
-    Optional ``qmc_log2`` and ``replicas`` set the channel's quasi-Monte Carlo rule (used for T >= 3).
+    Each alpha starts from the previous converged point (and is retried cold if that fails), as in
+    :meth:`StateEvolution.learning_curve`. A point whose solve raises is recorded as not converged with the
+    exception in ``message`` instead of failing the whole curve. Optional ``qmc_log2`` and ``replicas`` set
+    the channel's quasi-Monte Carlo rule (used for T >= 3).
     """
-    from ..theory import theory_records
+    from ..theory.api import record_of
+    from ..theory.state_evolution import StateEvolution
 
     problem = problem_from_params(params)
     alphas = [float(a) for a in params["alphas"]]
-    # optional quadrature settings of the channel (T >= 3 uses scrambled Sobol' points: 2^qmc_log2 x replicas)
     channel = {k: int(params[k]) for k in ("qmc_log2", "replicas") if k in params}
+    se = StateEvolution(problem, channel_options=channel or None)
+    records, prev = [], None
     with warnings.catch_warnings():
-        # a point that does not converge says so in its record (converged: false); the figure shows it
+        # a point that does not converge says so in its record (converged: false); the figure leaves it out
         warnings.simplefilter("ignore", ConvergenceWarning)
-        records = theory_records(problem, alphas, channel_options=channel or None)
+        for a in alphas:
+            res, error = None, ""
+            for init in (prev, None) if prev is not None else (None,):
+                try:
+                    res = se.solve(a, init=init)
+                except (ArithmeticError, ValueError) as exc:  # ParameterError is a ValueError
+                    error = f"{type(exc).__name__}: {exc}"
+                    continue
+                if res.converged:
+                    break
+            if res is None:
+                records.append({"alpha": a, "alpha_bar": alpha_bar(a, problem.task.tokens), "converged": False,
+                                "phase": "failed", "message": error})
+                continue
+            records.append(record_of(res))
+            prev = res if res.converged else prev
     return {
         "records": json.dumps(records),
         "n_points": len(records),
