@@ -95,7 +95,8 @@ class StateEvolution:
     stall, floor_factor : int, float
         stop after ``stall`` iterations without a new best residual; such a point still counts as
         converged when its residual is within ``floor_factor`` times the relative quadrature error of
-        the conjugates (the map's own noise floor; see docs/theory/state_evolution.md).
+        the conjugates (the map's own noise floor; see docs/theory/state_evolution.md) and below
+        ``max_floor``.
     channel_options : dict
         passed to :class:`SoftmaxChannel` (quadrature order, QMC points).
     """
@@ -111,6 +112,7 @@ class StateEvolution:
         max_step: float = 1.0,
         stall: int = 25,
         floor_factor: float = 10.0,
+        max_floor: float = 1e-3,
         channel_options: dict | None = None,
     ):
         self.problem = problem
@@ -123,6 +125,7 @@ class StateEvolution:
         self.max_step = max_step
         self.stall = stall
         self.floor_factor = floor_factor
+        self.max_floor = max_floor
         task = problem.task
         # seq2seq: (1/d)||(A - A_hat) X||^2 -> ||A - A_hat||^2, output noise only adds T*Delta_out
         noise_out = task.noise_out if task.task == "seq2lab" else 0.0
@@ -137,7 +140,10 @@ class StateEvolution:
         )
         # Gauss-Hermite order 12 (T = 2): ~3e-4 relative quadrature accuracy at ~25 ms a call (see
         # docs/theory/channel.md); every point reports its error estimates. Raise it for more digits.
-        options = {"order": 12, **(channel_options or {})}
+        # The softmax's poles sit at imaginary distance ~pi/beta, so the rule needs ~beta times more nodes
+        # per dimension at low temperature (beta = beta0 = 2 at order 12 lands ~20 % off, measured).
+        sharp = max(1.0, problem.student.beta, task.beta0)
+        options = {"order": int(math.ceil(12 * sharp)), **(channel_options or {})}
         # iterations do not need quadrature error estimates; the final evaluation (same rule) does
         self.channel = SoftmaxChannel(params, **{**options, "estimate_error": False})
         self.channel_final = SoftmaxChannel(params, **{**options, "estimate_error": True})
@@ -299,7 +305,7 @@ class StateEvolution:
                 ch.error_estimate.get(k, 0.0) / max(abs(getattr(ch, k)), 1e-300)
                 for k in ("q_hat", "m_hat", "sigma_hat")
             )
-            if np.isfinite(floor) and resid <= self.floor_factor * floor:
+            if np.isfinite(floor) and resid <= min(self.floor_factor * floor, self.max_floor):
                 converged = True
                 message = f"converged to the quadrature accuracy (residual {resid:.1e}, quadrature error {floor:.1e})"
         return self._observables(alpha, x, ch, ms, converged, it, resid, message)
@@ -376,6 +382,8 @@ class StateEvolution:
             m = r * sol["m_over_r"]
             rank = sol["rank"]
             it, resid, ok, msg = sol["iterations"], sol["residual"], sol["converged"], sol["message"]
+            if not np.isfinite(q) or not np.isfinite(m):
+                return self._failed(alpha, it, resid, msg or "interpolating phase: no solution")
         te, te_err = self.channel_final.test_error(q, m, clean=False)
         tc, tc_err = self.channel_final.test_error(q, m, clean=True)
         return SEResult(
