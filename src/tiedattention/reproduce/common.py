@@ -53,6 +53,19 @@ class Sizes:
         self.n_test = 1000 if quick else 4000
 
 
+def mode(params: dict[str, dict], quick: bool) -> dict:
+    """A figure's parameter set for the mode: ``params["quick"]`` or ``params["full"]``."""
+    return params["quick" if quick else "full"]
+
+
+def sizes_of(params: dict[str, dict], quick: bool) -> Sizes:
+    """Simulation sizes of the mode, with ``d`` and ``seeds`` taken from the figure's parameter set."""
+    p = mode(params, quick)
+    s = Sizes(quick)
+    s.d, s.seeds = p["d"], p["seeds"]
+    return s
+
+
 # --------------------------------------------------------------------------------------------------
 # cells
 # --------------------------------------------------------------------------------------------------

@@ -39,14 +39,11 @@ PARAMS = {
 
 
 def _p(quick: bool) -> dict:
-    return PARAMS["quick" if quick else "full"]
+    return common.mode(PARAMS, quick)
 
 
 def _sizes(quick: bool) -> Sizes:
-    p = _p(quick)
-    s = Sizes(quick)
-    s.d, s.seeds = p["d"], p["seeds"]
-    return s
+    return common.sizes_of(PARAMS, quick)
 
 
 def _opts(kappa0: float) -> dict:

@@ -24,13 +24,11 @@ PARAMS = {
 
 
 def _p(quick: bool) -> dict:
-    return PARAMS["quick" if quick else "full"]
+    return common.mode(PARAMS, quick)
 
 
 def _sizes(quick: bool) -> Sizes:
-    s = Sizes(quick)
-    s.d, s.seeds = _p(quick)["d"], _p(quick)["seeds"]
-    return s
+    return common.sizes_of(PARAMS, quick)
 
 
 def _opts(task: str) -> dict:
