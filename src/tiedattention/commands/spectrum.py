@@ -12,42 +12,19 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from ..cli_common import (
-    Beta0Opt,
-    BetaOpt,
-    JsonOpt,
-    KappaOpt,
-    LamOpt,
-    ModelOpt,
-    NoiseOpt,
-    NoiseOutOpt,
-    TargetOpt,
-    TaskOpt,
-    TokensOpt,
-    cli_errors,
-    emit_json,
-    problem_from_cli,
-)
+from ..cli_common import JsonOpt, cli_errors, emit_json, with_problem
 from ..errors import ParameterError
-from ..problem import validate_alpha
+from ..problem import Problem, validate_alpha
 
 
 def register(app: typer.Typer) -> None:
     app.command("spectrum")(spectrum_cmd)
 
 
+@with_problem
 def spectrum_cmd(
+    problem: Problem,
     alpha: Annotated[float, typer.Option("--alpha", help="α = n/d²")],
-    target: TargetOpt = "mp:0.5",
-    noise: NoiseOpt = 0.5,
-    noise_out: NoiseOutOpt = 0.0,
-    lam: LamOpt = 0.01,
-    tokens: TokensOpt = 2,
-    beta: BetaOpt = 1.0,
-    beta0: Beta0Opt = 1.0,
-    kappa: KappaOpt = 1.0,
-    model: ModelOpt = "factorized",
-    task: TaskOpt = "seq2lab",
     d: Annotated[int | None, typer.Option("--d", help="simulate at this d and overlay the spectra")] = None,
     seeds: Annotated[int, typer.Option("--seeds", help="simulated students (with --d)")] = 4,
     solver: Annotated[str, typer.Option("--solver", help="simulation solver: prox | adam | lbfgs")] = "prox",
@@ -60,7 +37,6 @@ def spectrum_cmd(
 ) -> None:
     """Law of the learned spectrum at one α: atom at 0, bulk(s), outliers and overlaps; optional simulation."""
     with cli_errors():
-        problem = problem_from_cli(target, noise, noise_out, lam, tokens, beta, beta0, kappa, model, task)
         alpha = validate_alpha(alpha)
         if problem.student.model != "factorized":
             raise ParameterError("model", "the learned-spectrum law is implemented for the factorized student")
