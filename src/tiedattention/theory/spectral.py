@@ -207,36 +207,9 @@ def _vec_root(fun, a: np.ndarray, b: np.ndarray, maxiter: int = 200) -> np.ndarr
     """Roots of fun (returns f, f') on brackets [a, b] with a sign change: safeguarded Newton, vectorised.
 
     ``a`` and ``b`` need not be ordered; the function is only assumed continuous and monotone-ish
-    (bisection guards every Newton step that leaves the current bracket).
+    (bisection guards every Newton step that leaves the current bracket). See :func:`_vec_root_indexed`.
     """
-    a = np.asarray(a, float).copy()
-    b = np.asarray(b, float).copy()
-    fa, _ = fun(a)
-    neg = np.where(fa < 0, a, b)  # end where f < 0
-    pos = np.where(fa < 0, b, a)
-    x = 0.5 * (neg + pos)
-    out = x.copy()
-    act = np.arange(x.size)
-    for _ in range(maxiter):
-        if act.size == 0:
-            break
-        xa = x[act]
-        f, df = fun(xa)
-        n_, p_ = neg[act], pos[act]
-        n_ = np.where(f < 0, xa, n_)
-        p_ = np.where(f > 0, xa, p_)
-        neg[act], pos[act] = n_, p_
-        with np.errstate(divide="ignore", invalid="ignore"):
-            xn = xa - f / df
-        lo, hi = np.minimum(n_, p_), np.maximum(n_, p_)
-        bad = ~np.isfinite(xn) | (xn <= lo) | (xn >= hi)
-        xn = np.where(bad, 0.5 * (lo + hi), xn)
-        tol = 4e-16 * np.maximum(np.abs(xn), 1e-300)
-        done = (f == 0) | (np.abs(xn - xa) <= tol) | (hi - lo <= tol)
-        x[act] = np.where(f == 0, xa, xn)
-        out[act] = x[act]
-        act = act[~done]
-    return out
+    return _vec_root_indexed(lambda x, _idx: fun(x), a, b, maxiter)
 
 
 class FreeConvolution:
