@@ -7,9 +7,12 @@ Order parameters x = (q, m, Sigma) and conjugates (q_hat, m_hat, sigma_hat):
 * matrix side (:func:`matrix_update`): (q_hat, m_hat, sigma_hat) -> (q, m, Sigma) by the spectral
   denoiser, through the free convolution rho_delta = mu_{S0} boxplus semicircle(delta^2).
 
-The map x -> F(x) is deterministic and smooth, and its fixed point is found by damped iteration with
-Anderson acceleration (type II, memory 5, restarted when a step does not reduce the residual); the
-result records converged / iterations / residual and is never a silent NaN.
+The map x -> F(x) is deterministic (fixed quadrature rules) and smooth where the softmax prox is unique;
+its fixed point is found by damped iteration with Anderson acceleration (type II, memory 5, history
+dropped when the residual grows tenfold) in log/atanh coordinates with a trust region. Near the
+interpolation peak the prox switches branch and the map jumps at the level of the quadrature error; a
+stalled point is accepted only within that noise floor. The result records converged / iterations /
+residual / message and is never a silent NaN.
 
 lambda = 0 is the limit lambda -> 0+. Below the interpolation threshold the response Sigma diverges like
 1/lambda while every conjugate vanishes like lambda; the rescaled equations ("interpolating phase",
