@@ -16,13 +16,7 @@ from tiedattention.simulation.sampler import (  # noqa: E402
     symmetric_noise,
 )
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def test_logit_statistics_at_d200():
