@@ -217,9 +217,10 @@ class GAMPResult:
 
     S_hat : (d, d) the last iterate; sigma, sigma_hat : the last V and Sigma_hat; converged : the residual
     met ``tol``; iterations; residual; message; damping : the final eta (adaptive damping may lower it);
+    input_weight : the final c of the input step;
     history : one :class:`GAMPIterate` per iteration (t = 0 is the initialisation); kkt : fixed-point
     residual of the proximal-gradient map of the ERM at S_hat, (1/d)||S - prox_{tau pen}(S - tau grad)||^2 / q
-    with tau = 2/(d sigma_hat) (0 at a stationary point); objective, train_error, penalty at S_hat; seconds.
+    with tau = 2/(d c sigma_hat) (0 at a stationary point); objective, train_error, penalty at S_hat; seconds.
     """
 
     S_hat: np.ndarray
@@ -232,6 +233,7 @@ class GAMPResult:
     history: list[GAMPIterate] = field(default_factory=list)
     kkt: float = float("nan")
     damping: float = float("nan")
+    input_weight: float = 1.0
     objective: float = float("nan")
     train_error: float = float("nan")
     penalty: float = float("nan")
@@ -285,6 +287,8 @@ def gamp(
     patience: int = 40,
     min_damping: float = 0.05,
     callback: Callable[[int, np.ndarray, GAMPIterate], None] | None = None,
+    input_weight: float | None = None,
+    max_input_weight: float = 8.0,
 ) -> GAMPResult:
     """Run GAMP for the ERM of ``problem`` on tokens X (n, T, d) and labels y (n, T, T) (seq2lab).
 
@@ -294,7 +298,14 @@ def gamp(
     damping : eta in (0, 1]: g, sigma_hat, S and V are replaced by eta * new + (1 - eta) * old (1: no damping;
         the fixed points do not depend on it).
     patience, min_damping : adaptive damping: when the residual has not reached a new minimum for ``patience``
-        iterations, eta is halved (not below ``min_damping``). ``patience=0`` keeps eta fixed.
+        iterations, eta is halved (not below ``min_damping``); with a rank cut the input weight is raised
+        first (x 1.5, up to ``max_input_weight``). ``patience=0`` keeps eta and the input weight fixed.
+    input_weight : c >= 1: the input step uses c * sigma_hat (a proximal step tau = 2/(d c sigma_hat), c times
+        shorter than GAMP's; the fixed points are the same stationary points). Default 1 without a rank cut
+        and 1.5 with one (kappa < 1): the rank-constrained denoiser is expansive in the directions that rotate
+        a kept eigenvector into a cut one (derivative (mu_i - 2 lam)/(mu_i - mu_j) > 1 when the cut eigenvalue
+        mu_j lies above the threshold), which damping cannot cure; c > 1 pulls the kept eigenvalues of Y away
+        from the cut ones. See docs/theory/gamp.md.
     row_variances : use per-sequence variances V_mu = w_mu V (w_mu the squared row norms of A relative to
         their mean, :meth:`MeasurementOperator.row_weights`) in the output step instead of one V; the same
         fixed points, a smaller finite-d mismatch of the Onsager term (an option; off by default).
@@ -327,9 +338,14 @@ def gamp(
     g = np.zeros((n, op.K))
     s_hat_prev = None
     eta = float(damping)
+    if input_weight is None:
+        input_weight = 1.0 if rank is None else 1.5
+    if not 1.0 <= input_weight <= max_input_weight:
+        raise ParameterError("input_weight", f"must be in [1, {max_input_weight:g}] (got {input_weight!r})")
+    c_in = float(input_weight)
     w = op.row_weights() if row_variances else None
     best, it_best = float("inf"), 0
-    damping_changes: list[tuple[int, float]] = []
+    damping_changes: list[tuple[int, str]] = []
 
     def order(Sm: np.ndarray) -> tuple[float, float]:
         q = float((Sm * Sm).sum()) / d
@@ -356,7 +372,7 @@ def gamp(
             break
         s_hat_prev = s_hat
         # input step
-        S_new, V_new = _input_step(op, S, g, s_hat, lam, direct, rank)
+        S_new, V_new = _input_step(op, S, g, s_hat * c_in, lam, direct, rank)
         if not (np.all(np.isfinite(S_new)) and np.isfinite(V_new)):
             message = f"non-finite iterate at iteration {it}"
             break
@@ -374,15 +390,19 @@ def gamp(
             break
         if resid < best:
             best, it_best = resid, it
-        elif patience and it - it_best >= patience and eta > min_damping:
-            eta, it_best = max(0.5 * eta, min_damping), it
-            damping_changes.append((it, eta))
+        elif patience and it - it_best >= patience:
+            if rank is not None and c_in < max_input_weight:
+                c_in, it_best = min(1.5 * c_in, max_input_weight), it
+                damping_changes.append((it, f"input weight {c_in:g}"))
+            elif eta > min_damping:
+                eta, it_best = max(0.5 * eta, min_damping), it
+                damping_changes.append((it, f"damping {eta:g}"))
     q_t, m_t = order(S)
     history.append(GAMPIterate(len(history), q_t, m_t, V, float("nan"), float("nan"), float("nan")))
     if damping_changes:
-        message += "; damping reduced to " + ", ".join(f"{e:g} (iteration {i})" for i, e in damping_changes)
+        message += "; step control: " + ", ".join(f"{e} (iteration {i})" for i, e in damping_changes)
     res = GAMPResult(S, V, s_hat_prev if s_hat_prev is not None else float("nan"), converged, it,
-                     resid, message, history, damping=eta)
+                     resid, message, history, damping=eta, input_weight=c_in)
     _finish(problem, op, y, res, direct, rank)
     res.seconds = time.perf_counter() - t_start
     if not converged:
@@ -411,7 +431,7 @@ def _finish(problem, op, y, res: GAMPResult, direct, rank) -> None:
     if not (np.isfinite(res.sigma_hat) and res.sigma_hat > 0):
         return
     _, grad, _ = softmax_loss(op.forward(S), y, problem.student.beta, op.T)
-    P, _ = _input_step(op, S, -grad, res.sigma_hat, problem.student.lam, direct, rank)
+    P, _ = _input_step(op, S, -grad, res.sigma_hat * res.input_weight, problem.student.lam, direct, rank)
     diff = P - S
     q = float((S * S).sum()) / op.d
     res.kkt = float((diff * diff).sum()) / op.d / (q if q > 0 else 1.0)
