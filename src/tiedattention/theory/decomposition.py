@@ -66,6 +66,7 @@ __all__ = [
     "shapley",
     "error_parts",
     "decompose_point",
+    "saturation_point",
     "decomposition_curve",
     "estimate_record",
     "goe",
@@ -98,15 +99,16 @@ def rank_tail_energy(measure: SpectralMeasure, kappa: float) -> float:
             w = x / s
             return np.sqrt(np.maximum((b_ - w) * (w - a_), 0.0)) / (2 * math.pi * c * w) / s
 
-    def mass_above(t: float) -> tuple[float, float]:
-        """(mass, energy) of mu on {x^2 > t}."""
+    def mass_above(t: float, energy: bool = False) -> tuple[float, float]:
+        """(mass, energy) of mu on {x^2 > t} (energy only when asked)."""
         sel = x2 > t
         m, e = float(np.sum(weights[sel])), float(np.sum(weights[sel] * x2[sel]))
         if lo is not None:
             x0 = max(math.sqrt(max(t, 0.0)), lo)
             if x0 < hi:
                 m += mp_w * integrate.quad(dens, x0, hi, limit=200, epsabs=1e-14)[0]
-                e += mp_w * integrate.quad(lambda x: x * x * dens(x), x0, hi, limit=200, epsabs=1e-14)[0]
+                if energy:
+                    e += mp_w * integrate.quad(lambda x: x * x * dens(x), x0, hi, limit=200, epsabs=1e-14)[0]
         return m, e
 
     total = measure.moment(2)
@@ -121,9 +123,9 @@ def rank_tail_energy(measure: SpectralMeasure, kappa: float) -> float:
             a = t
         else:
             b = t
-        if b - a <= 1e-15 * max(top, 1e-300):
+        if b - a <= 1e-13 * max(top, 1e-300):
             break
-    m_b, e_b = mass_above(b)
+    m_b, e_b = mass_above(b, energy=True)
     # the mass between b and a sits (in the limit) at x^2 = b: take what is missing from there
     kept = e_b + (kappa - m_b) * b
     return float(max(total - kept, 0.0))
@@ -309,7 +311,8 @@ def shapley(value: Callable[[frozenset], float], players: Sequence[str]) -> dict
 
 
 def error_parts(error: Callable[[float, float], float], parts: dict[str, Any], qz: float) -> dict[str, float]:
-    """Shapley parts of e(q, m) - e(c^2 Q0, c Q0) over the parts' (dq, dm) pairs. ``qz`` is the teacher variance
+    """Shapley parts of e(q, m) - e(c^2 Q0, c Q0) over the parts' (dq, dm) pairs (keys over, under, approx), and
+    each part alone, e(P_inf + (dq_k, dm_k)) - e(P_inf) (keys <part>_alone). ``qz`` is the teacher variance
     of the error's channel (Q0 + Delta/2 for noisy labels, Q0 for clean): partial sums are admissible (q >= 0,
     m^2 <= q qz) up to rounding, which is clipped."""
     c, q0, pairs = parts["c"], parts["q0"], parts["pairs"]
@@ -322,7 +325,11 @@ def error_parts(error: Callable[[float, float], float], parts: dict[str, Any], q
         m = min(max(m, -lim), lim)
         return float(error(q, m))
 
-    return shapley(value, PARTS)
+    out = shapley(value, PARTS)
+    base = value(frozenset())
+    for k in PARTS:  # each part alone (3 more evaluations)
+        out[f"{k}_alone"] = value(frozenset([k])) - base
+    return out
 
 
 def _record(parts: dict[str, Any], e_fun, e_clean_fun, e0: float, e0_clean: float, qz: float,
@@ -337,8 +344,9 @@ def _record(parts: dict[str, Any], e_fun, e_clean_fun, e0: float, e0_clean: floa
         rec[f"e_0{tag}"] = base
         for k in PARTS:
             rec[f"E_{k}{tag}"] = ph[k]
+            rec[f"E_{k}_alone{tag}"] = ph[f"{k}_alone"]
         rec[f"E_mismatch{tag}"] = sat - base
-    for k in ("mse", "mse_mismatch", "dist", "q", "m", "k_star", "tail", "a_null"):
+    for k in ("mse", "mse_mismatch", "dist", "q", "m", "q0", "k_star", "tail", "a_null"):
         rec[k] = parts[k]
     for k in PARTS:
         rec[f"mse_{k}"] = parts[f"mse_{k}"]
@@ -353,7 +361,7 @@ def _errors(se: StateEvolution):
             lambda q, m: ch.test_error(q, m, clean=True)[0])
 
 
-def _saturation(se: StateEvolution) -> tuple[float, float, float]:
+def saturation_point(se: StateEvolution) -> tuple[float, float, float]:
     from .scaling import saturation_error
 
     e0, c0 = saturation_error(se)
@@ -367,7 +375,7 @@ def decompose_point(se: StateEvolution, res: SEResult, c_inf: float | None = Non
     the same with suffix _clean, mse and mse_{over,under,approx,mismatch} (exact sum), dist and
     dist_{over,under,approx} (>= 0, exact sum = (1/d)||S_hat - c_inf S0||^2), k_star, converged, phase."""
     t0 = time.perf_counter()
-    e0, c0, e0c = saturation if saturation is not None else _saturation(se)
+    e0, c0, e0c = saturation if saturation is not None else saturation_point(se)
     c = c0 if c_inf is None else float(c_inf)
     rec: dict[str, Any] = {"alpha": res.alpha, "alpha_bar": res.alpha_bar, "e_test": res.test_error,
                            "e_test_clean": res.test_error_clean, "converged": bool(res.converged),
@@ -396,7 +404,7 @@ def decomposition_curve(problem: Problem, alphas, d: int | None = None, c_inf: f
     argmin of the noisy test error on the ray S = c S0, the alpha -> inf limit of the ERM); ``options`` go to
     :class:`StateEvolution`."""
     se = StateEvolution(problem, d=d, **options)
-    sat = _saturation(se)
+    sat = saturation_point(se)
     out = []
     for res in se.learning_curve(sorted(float(a) for a in alphas)):
         out.append(decompose_point(se, res, c_inf, sat))
@@ -409,7 +417,7 @@ def estimate_record(se: StateEvolution, S_hat: np.ndarray, S0: np.ndarray, c_inf
                     saturation: tuple[float, float, float] | None = None) -> dict[str, Any]:
     """Finite-d estimator as a record with the keys of :func:`decompose_point` (E_*, mse_*, dist_*): the matrix
     parts of :func:`decompose_matrices` pushed through the same e(q, m) of the SE's channel."""
-    e0, _, e0c = saturation if saturation is not None else _saturation(se)
+    e0, _, e0c = saturation if saturation is not None else saturation_point(se)
     d = S0.shape[0]
     rank = se.problem.student.width(d) if se.problem.student.model == "factorized" else d
     parts = decompose_matrices(S_hat, S0, c_inf, n_outliers=n_outliers, rank=rank)

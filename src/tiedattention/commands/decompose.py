@@ -1,0 +1,127 @@
+"""`tiedattention decompose`: the error decomposition E_over / E_under / E_approx / E_mismatch per alpha.
+
+Theory (state evolution) by default; with ``--seeds K`` also the finite-d estimators of the same parts from K
+proximal-gradient ERM runs at dimension ``--d`` (mean and standard error over seeds). See
+docs/theory/decomposition.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from ..cli_common import JsonOpt, cli_errors, emit_json, parse_floats, with_problem
+from ..errors import ParameterError
+from ..problem import Problem
+
+# the keys of a decomposition record that the simulations estimate too
+ESTIMATED = (
+    "E_over", "E_under", "E_approx", "E_mismatch", "E_over_clean", "E_under_clean", "E_approx_clean",
+    "E_mismatch_clean", "mse", "mse_over", "mse_under", "mse_approx", "mse_mismatch", "dist", "dist_over",
+    "dist_under", "dist_approx", "e_test_qm", "e_test_clean_qm", "q", "m",
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("decompose")(decompose)
+
+
+def simulate_parts(problem: Problem, se, alpha: float, d: int, seeds: int, c_inf: float, n_outliers: int,
+                   saturation, seed0: int = 0, n_test: int = 2000, solver: str = "prox",
+                   **trainer_options: Any) -> dict[str, Any]:
+    """Finite-d estimators of the parts from ``seeds`` ERM runs (seeds seed0.., the streams of ``simulate``):
+    ``sim_<key>_mean`` and ``sim_<key>_sem`` for every key of :data:`ESTIMATED`, the measured test errors
+    (``sim_test_error_mean/_sem``, ``sim_test_error_clean_mean/_sem``), ``sim_converged`` (fraction of seeds)."""
+    import torch
+
+    from ..simulation import n_of, rng_for, sample_dataset, test_errors, train
+    from ..theory.decomposition import estimate_record
+
+    n = n_of(alpha, d)
+    rows, measured, conv = [], [], []
+    old = torch.get_num_threads()
+    if n * problem.task.tokens * d * d < 2e8:
+        torch.set_num_threads(1)
+    try:
+        for s in range(seed0, seed0 + seeds):
+            S0 = problem.task.target.sample(d, rng_for(s, "target"))
+            data = sample_dataset(problem, n, d, s, S0=S0)
+            tr = train(problem, data, solver=solver, seed=s, **trainer_options)
+            del data
+            conv.append(bool(tr.converged))
+            rows.append(estimate_record(se, tr.S_hat, S0, c_inf, n_outliers, saturation))
+            measured.append(test_errors(problem, tr.S_hat, S0, s, n_test))
+    finally:
+        torch.set_num_threads(old)
+    out: dict[str, Any] = {"sim_d": d, "sim_n": n, "sim_seeds": seeds, "sim_solver": solver,
+                           "sim_converged": float(np.mean(conv))}
+    for key in ESTIMATED:
+        v = np.array([r[key] for r in rows], float)
+        out[f"sim_{key}_mean"] = float(v.mean())
+        out[f"sim_{key}_sem"] = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
+    for key in ("test_error", "test_error_clean"):
+        v = np.array([r[key] for r in measured], float)
+        out[f"sim_{key}_mean"] = float(v.mean())
+        out[f"sim_{key}_sem"] = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else float("nan")
+    return out
+
+
+@with_problem
+def decompose(
+    problem: Problem,
+    alpha: Annotated[str, typer.Option("--alpha", help="α = n/d² values: a,b,c or start:stop:num (log)")],
+    d: Annotated[int | None, typer.Option(
+        "--d", help="dimension: of list-based targets in the theory, and of the simulations")] = None,
+    seeds: Annotated[int, typer.Option("--seeds", help="ERM runs per α for the finite-d estimators (0: none)")] = 0,
+    c_inf: Annotated[float | None, typer.Option(
+        "--c-inf", help="reference scale c∞ (default: argmin of the noisy test error on the ray S = c S0)")] = None,
+    n_test: Annotated[int, typer.Option("--n-test", help="fresh test sequences per seed")] = 2000,
+    json: JsonOpt = False,
+) -> None:
+    """Split the excess test error e_test − e_0 (and the MSE on S) into E_over, E_under, E_approx, E_mismatch."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..theory.decomposition import decompose_point, saturation_point
+    from ..theory.state_evolution import StateEvolution
+
+    with cli_errors():
+        alphas = sorted(parse_floats(alpha, "alpha"))
+        if d is not None and d < 2:
+            raise ParameterError("d", f"must be an integer >= 2 (got {d})")
+        if seeds < 0:
+            raise ParameterError("seeds", f"must be an integer >= 0 (got {seeds})")
+        if seeds > 0 and d is None:
+            raise ParameterError("d", "the simulations (--seeds) need a dimension --d")
+        if c_inf is not None and not (math.isfinite(c_inf) and c_inf > 0):
+            raise ParameterError("c-inf", f"must be a number > 0 (got {c_inf})")
+        if n_test < 2:
+            raise ParameterError("n-test", f"must be an integer >= 2 (got {n_test})")
+        se = StateEvolution(problem, d=d)
+        sat = saturation_point(se)
+    records = []
+    for res in se.learning_curve(alphas):
+        rec = decompose_point(se, res, c_inf, sat)
+        if seeds > 0:
+            if rec["converged"]:
+                rec.update(simulate_parts(problem, se, res.alpha, d, seeds, rec["c_inf"], rec["k_star"], sat,
+                                          n_test=n_test))
+            else:
+                rec["sim_message"] = "theory point did not converge: no outlier count to match, simulations skipped"
+        records.append(rec)
+        if json:
+            emit_json(rec)
+    if not json:
+        table = Table(title=f"error decomposition: {problem.options()['target']}")
+        for col in ("α", "e_test", "e_0", "E_over", "E_under", "E_approx", "E_mismatch", "MSE", "k*", "conv"):
+            table.add_column(col, justify="right")
+        for r in records:
+            table.add_row(f"{r['alpha']:.4g}", f"{r['e_test']:.5f}", f"{r['e_0']:.5f}", *(
+                f"{r[f'E_{k}']:.5f}" for k in ("over", "under", "approx", "mismatch")),
+                f"{r.get('mse', float('nan')):.5f}", str(r.get("k_star", "")), "yes" if r["converged"] else "NO")
+        Console().print(table)
+    if not all(r["converged"] for r in records):
+        raise typer.Exit(code=1)

@@ -1,0 +1,252 @@
+"""Error decomposition (docs/theory/decomposition.md): exact sums, signs, limits, the finite-d estimator, the CLI.
+
+Slow checks (``pytest -m slow tests/test_decomposition.py``): each part against its finite-d estimator from
+proximal-gradient ERM runs.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tiedattention.cli import app
+from tiedattention.problem import Problem
+from tiedattention.targets import haar_orthogonal
+from tiedattention.theory.decomposition import (
+    PARTS,
+    decompose_matrices,
+    decompose_point,
+    decomposition_curve,
+    goe,
+    rank_tail_energy,
+    saturation_point,
+    shapley,
+    spectral_parts,
+)
+from tiedattention.theory.state_evolution import SEResult, StateEvolution
+
+KEYS4 = ("over", "under", "approx", "mismatch")
+
+
+# --------------------------------------------------------------------------------------------------
+# the finite-d estimator on matrices with a known answer
+# --------------------------------------------------------------------------------------------------
+def test_estimator_on_a_constructed_matrix():
+    """S0 = sum theta_i u_i u_i^T; S_hat has an outlier l1 along u1, a direction u2 shrunk to l2 < c theta2, a
+    pure-noise direction w (orthogonal to every target mode) with eigenvalue b, the rest null."""
+    d, c = 12, 0.8
+    rng = np.random.default_rng(0)
+    O = haar_orthogonal(d, rng)
+    theta = np.array([5.0, 3.0, 2.0, 1.0, 0.5] + [0.0] * (d - 5))
+    S0 = (O * theta) @ O.T
+    l1, l2, b = 4.5, 1.0, 0.7
+    w = O[:, 6]  # a null direction of S0
+    S_hat = l1 * np.outer(O[:, 0], O[:, 0]) + l2 * np.outer(O[:, 1], O[:, 1]) + b * np.outer(w, w)
+    r = decompose_matrices(S_hat, S0, c, n_outliers=1)
+    assert r["dist_approx"] == pytest.approx((l1 - c * theta[0]) ** 2 / d, rel=1e-12)
+    assert r["dist_over"] == pytest.approx(b**2 / d, rel=1e-12)
+    under = ((c * theta[1] - l2) ** 2 + c**2 * np.sum(theta[2:] ** 2)) / d
+    assert r["dist_under"] == pytest.approx(under, rel=1e-12)
+    # MSE parts: (dq - 2 dm) of each part, plus (1 - c)^2 Q0
+    q0 = np.sum(theta**2) / d
+    assert r["mse_approx"] == pytest.approx(((l1**2 - c**2 * theta[0] ** 2) - 2 * (l1 - c * theta[0]) * theta[0]) / d)
+    assert r["mse_over"] == pytest.approx(b**2 / d)
+    assert r["mse_mismatch"] == pytest.approx((1 - c) ** 2 * q0)
+    mse = np.sum((S_hat - S0) ** 2) / d
+    assert sum(r[f"mse_{k}"] for k in KEYS4) == pytest.approx(mse, rel=1e-12)
+    # rank limit p = 3 < d: the tail of S0 beyond its 3 largest modes moves from under to approx
+    rp = decompose_matrices(S_hat, S0, c, n_outliers=1, rank=3)
+    tail = c**2 * np.sum(theta[3:] ** 2) / d
+    assert rp["dist_approx"] == pytest.approx(r["dist_approx"] + tail, rel=1e-12)
+    assert rp["dist_under"] == pytest.approx(r["dist_under"] - tail, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_estimator_identities_on_random_matrices(seed):
+    """Any PSD S_hat of rank <= p: dist = (1/d)||S_hat - c S0||^2 exactly, every dist part >= 0 (the under part
+    by Ky Fan), the pairs add up to (q - c^2 Q0, m - c Q0), the MSE parts to the MSE."""
+    d, p, c = 40, 10, 0.9
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((d, d))
+    S0 = (A + A.T) / math.sqrt(8 * d) + np.diag(rng.uniform(0, 2, d))
+    W = rng.standard_normal((p, d)) / math.sqrt(d)
+    S_hat = W.T @ W + 0.5 * np.outer(S0[:, 0], S0[:, 0]) / d
+    lam, U = np.linalg.eigh(S_hat)
+    lam[: d - p] = 0.0  # rank p
+    S_hat = (U * lam) @ U.T
+    r = decompose_matrices(S_hat, S0, c, n_outliers=2, rank=p)
+    assert r["dist"] == pytest.approx(np.sum((S_hat - c * S0) ** 2) / d, rel=1e-10)
+    assert sum(r[f"dist_{k}"] for k in PARTS) == pytest.approx(r["dist"], rel=1e-10)
+    assert min(r[f"dist_{k}"] for k in PARTS) >= 0
+    dq = sum(r["pairs"][k][0] for k in PARTS)
+    dm = sum(r["pairs"][k][1] for k in PARTS)
+    assert dq == pytest.approx(np.sum(S_hat**2) / d - c**2 * r["q0"], abs=1e-12)
+    assert dm == pytest.approx(np.sum(S_hat * S0) / d - c * r["q0"], abs=1e-12)
+    assert sum(r[f"mse_{k}"] for k in KEYS4) == pytest.approx(np.sum((S_hat - S0) ** 2) / d, rel=1e-10)
+    with pytest.raises(ValueError):
+        decompose_matrices(S_hat, S0, c, n_outliers=p + 1)
+
+
+def test_shapley_is_exact_and_symmetric():
+    v = {frozenset(): 0.0, frozenset("a"): 1.0, frozenset("b"): 2.0, frozenset("c"): 0.0,
+         frozenset("ab"): 5.0, frozenset("ac"): 1.0, frozenset("bc"): 2.0, frozenset("abc"): 6.0}
+    phi = shapley(v.__getitem__, "abc")
+    assert sum(phi.values()) == pytest.approx(6.0)
+    assert phi["c"] == pytest.approx(1 / 3)  # c adds 0 alone, 0 to a, 0 to b, and 1 to ab (weight 1/3)
+    assert phi["a"] == pytest.approx(1 / 3 * 1 + 1 / 6 * 3 + 1 / 6 * 1 + 1 / 3 * 4)
+
+
+def test_rank_tail_energy():
+    from tiedattention.targets import parse_target
+
+    t = parse_target("powerlaw:1.25")
+    mu = t.measure(300)
+    th2 = np.sort(t.eigenvalues(300) ** 2)
+    assert rank_tail_energy(mu, 0.1) == pytest.approx(np.sum(th2[:270]) / 300, rel=1e-9)
+    assert rank_tail_energy(mu, 1.0) == 0.0
+    mp = parse_target("mp:0.5").measure()
+    assert rank_tail_energy(mp, 0.5) == pytest.approx(0.0, abs=1e-9)  # only the atom at 0 is cut
+    ev = np.sort(parse_target("mp:0.5").eigenvalues(1000, np.random.default_rng(0)) ** 2)
+    assert rank_tail_energy(mp, 0.3) == pytest.approx(np.sum(ev[:700]) / 1000, rel=0.03)
+
+
+# --------------------------------------------------------------------------------------------------
+# the SE side against diagonalisation of s f(S0 + delta Z) (the overlap kernel, independently)
+# --------------------------------------------------------------------------------------------------
+def _point(delta, eps, scale):
+    return SEResult(alpha=0.5, alpha_bar=1.0, q=0.0, m=0.0, sigma=1.0, q_hat=1.0, m_hat=scale, sigma_hat=1.0,
+                    delta=delta, eps=eps, mse=0.0, test_error=0.0, test_error_clean=0.0, train_error=0.0,
+                    objective=0.0, rank=0.0, converged=True, iterations=1, residual=0.0, seconds=0.0)
+
+
+@pytest.mark.parametrize(
+    "spec,kappa,delta,eps",
+    [("spikes:10,8,6.5+mp:0.2", 1.0, 0.6, 0.5), ("mp:0.5", 0.3, 0.4, 0.1), ("powerlaw:1.25", 1.0, 2.0, 1.0)],
+)
+def test_spectral_parts_match_diagonalisation(spec, kappa, delta, eps):
+    """The per-direction integrals (xi(y) = y - 2 delta^2 Re g, a(y) = delta^2 - |omega|^2 + 2 u xi) against the
+    estimator applied to S_hat = s f(S0 + delta Z) at d = 600 (one sample; fluctuations ~1e-3)."""
+    d, s, c = 600, 0.8, 0.9
+    p = Problem.from_options(target=spec, kappa=kappa)
+    th = spectral_parts(p, p.task.target.measure(d), _point(delta, eps, s), c)
+    rng = np.random.default_rng(3)
+    S0 = p.task.target.sample(d, rng)
+    lam, U = np.linalg.eigh(S0 + delta * goe(d, rng))
+    cut = eps if kappa >= 1 else max(eps, np.sort(lam)[::-1][p.student.width(d) - 1])
+    S_hat = (U * np.where(lam >= cut, s * (lam - eps), 0.0)) @ U.T
+    est = decompose_matrices(S_hat, S0, c, n_outliers=th["k_star"], rank=p.student.width(d))
+    if spec.startswith("spikes"):
+        assert th["k_star"] == 3
+    for k in ("q", "m", "dist", "dist_over", "dist_under", "dist_approx", "mse_over", "mse_under", "mse_approx"):
+        assert est[k] == pytest.approx(th[k], abs=4e-3 + 0.01 * abs(th[k])), k
+
+
+# --------------------------------------------------------------------------------------------------
+# SE points: sums, signs, limits
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def spiked_curve():
+    p = Problem.from_options(target="spikes:4,2.5,1.5")
+    return decomposition_curve(p, [0.02, 0.1, 1.0], d=100, tol=1e-8)
+
+
+def test_parts_add_up_and_signs(spiked_curve):
+    for r in spiked_curve:
+        assert r["converged"]
+        for tag in ("", "_clean"):
+            total = sum(r[f"E_{k}{tag}"] for k in KEYS4)
+            assert total == pytest.approx(r[f"e_test{tag}"] - r[f"e_0{tag}"], abs=1e-9)
+            assert r[f"E_mismatch{tag}"] >= -1e-12
+            assert min(r[f"E_{k}_alone"] for k in PARTS) >= -1e-12  # P_inf minimises the noisy error
+        assert r["E_mismatch"] == pytest.approx(0.0, abs=1e-12)  # the matched loss saturates at the minimiser
+        assert r["E_mismatch_clean"] > 1e-4  # ... which is not the clean-label minimiser (c_inf < 1)
+        assert sum(r[f"mse_{k}"] for k in KEYS4) == pytest.approx(r["mse"], abs=1e-9)
+        assert sum(r[f"dist_{k}"] for k in PARTS) == pytest.approx(r["dist"], abs=1e-12)
+        assert min(r[f"dist_{k}"] for k in PARTS) >= 0
+        # q, m recomputed from the spectrum are the SE's: e(q, m) there is the SE test error
+        assert r["e_test_qm"] == pytest.approx(r["e_test"], abs=1e-7)
+        assert r["mse_mismatch"] == pytest.approx((1 - r["c_inf"]) ** 2 * r["q0"], rel=1e-12)
+
+
+def test_large_alpha_recovers_modes_and_cuts_the_bulk(spiked_curve):
+    """alpha 0.02 -> 0.1 -> 1 (d = 100): the spikes are recovered one by one (k* = 1, 2, 3) and E_under falls;
+    with all three recovered the noise bulk is cut back and E_over falls too."""
+    k = [r["k_star"] for r in spiked_curve]
+    assert k == [1, 2, 3]
+    under = [r["E_under"] for r in spiked_curve]
+    assert under[0] > under[1] > under[2]
+    assert spiked_curve[2]["E_over"] < spiked_curve[1]["E_over"]
+    assert spiked_curve[2]["E_approx"] < spiked_curve[1]["E_approx"]
+    assert spiked_curve[0]["dist_approx"] > 0 and spiked_curve[0]["E_approx"] > 0  # one outlier at 0.02
+
+
+def test_small_alpha_is_all_under_fitting():
+    """lambda > 0 and few samples: S_hat = 0 (zero phase), the whole excess is E_under (and the mismatch)."""
+    p = Problem.from_options(target="mp:0.5", lam=0.1)
+    se = StateEvolution(p)
+    res = se.solve(1e-3)
+    assert res.phase == "zero"
+    r = decompose_point(se, res)
+    assert r["E_over"] == 0.0 and r["E_approx"] == 0.0
+    assert r["E_under"] == pytest.approx(r["e_test"] - r["e_0"], rel=1e-12)
+    assert r["dist_under"] == pytest.approx(r["c_inf"] ** 2 * (1.5), rel=1e-12)  # c^2 Q0, Q0 = 1 + kappa0
+    e0, c0, e0c = saturation_point(se)
+    assert r["c_inf"] == c0 and r["e_0"] == e0 and r["e_0_clean"] == e0c
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------
+def test_cli_json():
+    """Two points in the zero phase (cheap): the JSON Lines contract and the exact sum."""
+    out = CliRunner().invoke(app, ["decompose", "--lam", "0.1", "--alpha", "0.001,0.002", "--json"])
+    assert out.exit_code == 0, out.output
+    recs = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    assert [r["alpha"] for r in recs] == [0.001, 0.002]
+    r = recs[0]
+    for key in ("alpha", "e_test", "e_0", "converged", "E_over", "E_under", "E_approx", "E_mismatch", "mse_over",
+                "mse_under", "mse_approx", "mse_mismatch", "E_over_clean", "k_star"):
+        assert key in r
+    assert sum(r[f"E_{k}"] for k in KEYS4) == pytest.approx(r["e_test"] - r["e_0"], abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "args,param",
+    [(["--alpha", "-1"], "--alpha"), (["--alpha", "x"], "--alpha"), (["--alpha", "0.1", "--lam", "-1"], "--lam"),
+     (["--alpha", "0.1", "--seeds", "2"], "--d"), (["--alpha", "0.1", "--target", "powerlaw:1.25"], "--d"),
+     (["--alpha", "0.1", "--c-inf", "0"], "--c-inf"), (["--alpha", "0.1", "--seeds", "-1"], "--seeds")],
+)
+def test_cli_bad_input(args, param):
+    out = CliRunner().invoke(app, ["decompose", *args])
+    assert out.exit_code == 2
+    lines = [s for s in out.output.splitlines() if s.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {param}:"), out.output
+
+
+# --------------------------------------------------------------------------------------------------
+# slow: theory against the finite-d estimators of ERM runs
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("alpha", [0.3, 1.0])
+def test_parts_match_simulations(alpha, torch_one_thread):
+    """Power law gamma = 1.25, Delta = 0.5, lambda = 0.01, T = 2; d = 200, 4 seeds of the proximal ERM. Each
+    part (test-error and MSE versions, and the distance parts) within 3 standard errors + 5 % of the part + 1e-3
+    of the SE (the finite-size bias at d = 200, docs/theory/decomposition.md section 6)."""
+    pytest.importorskip("torch")
+    from tiedattention.commands.decompose import simulate_parts
+
+    d = 200
+    p = Problem.from_options(target="powerlaw:1.25")
+    se = StateEvolution(p, d=d)
+    sat = saturation_point(se)
+    r = decompose_point(se, se.solve(alpha), None, sat)
+    sim = simulate_parts(p, se, alpha, d, 4, r["c_inf"], r["k_star"], sat)
+    bad = []
+    for key in ("E_over", "E_under", "E_approx", "E_over_clean", "E_under_clean", "E_approx_clean",
+                "E_mismatch_clean", "mse_over", "mse_under", "mse_approx", "dist_over", "dist_under", "dist_approx"):
+        mean, sem = sim[f"sim_{key}_mean"], sim[f"sim_{key}_sem"]
+        if abs(mean - r[key]) > 3 * sem + 0.05 * abs(r[key]) + 1e-3:
+            bad.append(f"{key}: SE {r[key]:.5f} sim {mean:.5f} +- {sem:.5f}")
+    assert not bad, bad
