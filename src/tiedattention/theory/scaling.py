@@ -38,8 +38,8 @@ from scipy import optimize, special, stats
 from ..errors import ParameterError
 from ..problem import Problem
 from ..targets import PowerLawTarget
-from .denoisers import MatrixSide
-from .spectral import _Kernel
+from .denoisers import MatrixSide, _spectral_side
+from .spectral import FreeConvolution, ThresholdFamily, _Kernel
 from .state_evolution import SEResult, StateEvolution
 
 __all__ = [
@@ -49,6 +49,8 @@ __all__ = [
     "ScalingLimit",
     "saturation_error",
     "finite_d_curve",
+    "finite_d_points",
+    "FastFiniteD",
     "limit_curve",
     "fit_exponent",
     "predicted_exponent",
@@ -303,6 +305,284 @@ def k_star_finite(se: StateEvolution, res: SEResult) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
+# finite d, fast route: the spectral side from a few exact free convolutions ("nodes") in delta
+# --------------------------------------------------------------------------------------------------
+class _Nodes:
+    """Exact spectral data at a few delta: one :class:`ThresholdFamily` per node (any eps >= 0 at its delta).
+
+    Between nodes the integrals (j2, j1, jg) are interpolated in t = delta^2 by the cubic Hermite polynomial
+    through the last two nodes, with the exact t-derivatives of the free heat flow (one node: the tangent).
+    At a node the values are the node's own: exact.
+    """
+
+    def __init__(self, measure):
+        self.measure = measure
+        self.nodes: list[tuple[float, ThresholdFamily]] = []
+        self.built = 0  # free convolutions constructed (the expensive step)
+
+    def clear(self) -> None:
+        self.nodes = []
+
+    def add(self, delta: float) -> None:
+        fam = FreeConvolution(self.measure, float(delta)).threshold_family(0.0)
+        self.nodes.append((float(delta) ** 2, fam))
+        self.built += 1
+        if len(self.nodes) > 2:
+            self.nodes.pop(0)
+
+    @property
+    def last_delta(self) -> float:
+        return math.sqrt(self.nodes[-1][0])
+
+    def at(self, delta: float, eps: float):
+        t = delta * delta
+        ta, fa = self.nodes[-1]
+        a = fa.at(eps)
+        if t == ta or len(self.nodes) == 1:
+            vals = a.values() + (t - ta) * a.d_t()
+            return vals, a
+        tb, fb = self.nodes[0]
+        b = fb.at(eps)
+        h = ta - tb
+        s = (t - tb) / h
+        h00, h10 = (1 + 2 * s) * (1 - s) ** 2, s * (1 - s) ** 2
+        h01, h11 = s * s * (3 - 2 * s), s * s * (s - 1)
+        vals = h00 * b.values() + h10 * h * b.d_t() + h01 * a.values() + h11 * h * a.d_t()
+        return vals, a
+
+
+class FastFiniteD(StateEvolution):
+    """The finite-d state evolution with the spectral side built from a few exact free convolutions.
+
+    The matrix side depends on the conjugates only through (delta, eps) (and scalar factors), and one
+    :class:`FreeConvolution` at delta gives the soft-threshold integrals at every eps, with their exact
+    derivatives in t = delta^2 (:class:`ThresholdIntegrals`). So the fixed point is found by an outer loop on
+    delta: solve the SE with the spectral side interpolated from the nodes (channel calls only), add an exact
+    node at the delta of that solution, repeat. Near a node the interpolation error is O(dt^2) with one node and
+    O(dt^4) with two, so delta converges superlinearly; the loop stops when the solution's delta is within
+    ``node_rtol`` of a node, where the spectral side *is* the exact one, and the returned :class:`SEResult` is
+    the exact SE point (the final map evaluation uses the node).
+
+    ``eps`` is fixed either by lambda (eps = 2 lambda / m_hat) or by the ratio r = eps/delta (``ratio``), the
+    natural variable of the optimal-lambda rule (then lambda = eps m_hat/2 is an output).
+    Factorised students with kappa >= 1 only.
+    """
+
+    def __init__(self, problem: Problem, d: int, node_rtol: float = 1e-9, max_outer: int = 12, **options: Any):
+        if problem.student.model != "factorized" or problem.student.kappa < 1:
+            raise ParameterError("model", "the fast finite-d route is implemented for the factorised student, "
+                                 "kappa >= 1")
+        super().__init__(problem, d=d, **options)
+        self.nodes = _Nodes(self.measure)
+        self.node_rtol = node_rtol
+        self.max_outer = max_outer
+        self.ratio: float | None = None
+        self.lam = problem.student.lam
+        self.channel_calls = 0
+
+    # the matrix side from the nodes -----------------------------------------------------------------
+    def matrix_side(self, q_hat: float, m_hat: float, sigma_hat: float) -> MatrixSide:
+        if not (q_hat > 0 and m_hat > 0 and sigma_hat > 0):
+            raise FloatingPointError(f"conjugates left the admissible region ({q_hat:g}, {m_hat:g}, {sigma_hat:g})")
+        delta = math.sqrt(q_hat) / m_hat
+        eps = self.ratio * delta if self.ratio is not None else 2.0 * self.lam / m_hat
+        (j2, j1, jg), node = self.nodes.at(delta, eps)
+        si = node.as_spectral_integrals()
+        # the interpolated values replace the node's; rank and error are the node's (exact at the node)
+        from .spectral import SpectralIntegrals
+
+        si = SpectralIntegrals(delta, eps, j2, 4.0 * delta * jg, -2.0 * j1, node.rank, 1.0, node.error, 0, eps)
+        return _spectral_side(si, m_hat, sigma_hat, delta, eps)
+
+    def _map(self, alpha: float, x: np.ndarray, final: bool = False):
+        q, m, sigma = x
+        # (the current stage's channel where the base class has stages; the Gauss-Hermite rule otherwise)
+        channel = self.channel_final if final else getattr(self, "_stage", (self.channel, None))[0]
+        ch = channel.moments(alpha, q, m, sigma)
+        self.channel_calls += 1
+        ms = self.matrix_side(ch.q_hat, ch.m_hat, ch.sigma_hat)
+        return np.array([ms.q, ms.m, ms.sigma]), ch, ms
+
+    def _zero_phase(self, alpha: float):  # the fast route is used where S_hat != 0 (callers fall back otherwise)
+        return None
+
+    # a lean fixed point on the current nodes (Anderson in the same coordinates as StateEvolution) -----------
+    def _fast_iterate(self, alpha: float, x0: np.ndarray, tol: float, max_iter: int = 80):
+        """Anderson iteration on the current nodes; (x, matrix side, iterations) or None. The channel's
+        warnings are silenced here (trial points of the search); the final point is solved by the base class."""
+        import warnings
+
+        from ..errors import ConvergenceWarning
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return self._fast_iterate_loud(alpha, x0, tol, max_iter)
+
+    def _fast_iterate_loud(self, alpha: float, x0: np.ndarray, tol: float, max_iter: int):
+        y = self._to_y(np.asarray(x0, float))
+        hist_y: list[np.ndarray] = []
+        hist_f: list[np.ndarray] = []
+        eta = self.damping
+        best = (math.inf, y, None)
+        for it in range(1, max_iter + 1):
+            try:
+                gy, ch, ms = self._g(alpha, y)
+            except (FloatingPointError, ValueError):
+                if best[2] is None:
+                    return None
+                hist_y.clear()
+                hist_f.clear()
+                eta *= 0.5
+                y = best[1] + eta * (self._g(alpha, best[1])[0] - best[1])
+                continue
+            f = gy - y
+            resid = float(np.max(np.abs(f)))
+            if not math.isfinite(resid):
+                return None
+            if resid < best[0]:
+                best = (resid, y.copy(), ms)
+            if resid <= tol:
+                return self._to_x(gy), ms, it
+            if resid > 10 * best[0]:
+                hist_y.clear()
+                hist_f.clear()
+            hist_y.append(y.copy())
+            hist_f.append(f.copy())
+            if len(hist_y) > self.anderson + 1:
+                hist_y.pop(0)
+                hist_f.pop(0)
+            y_new = y + eta * f
+            if len(hist_y) >= 2:
+                dy = np.diff(np.array(hist_y), axis=0).T
+                df = np.diff(np.array(hist_f), axis=0).T
+                gam, *_ = np.linalg.lstsq(df, f, rcond=None)
+                y_new = y_new - (dy + eta * df) @ gam
+            step = float(np.max(np.abs(y_new - y)))
+            if step > self.max_step:
+                y_new = y + (y_new - y) * (self.max_step / step)
+            y = y_new
+        return None
+
+    def _add_node(self, delta: float, trust: float = 2.0) -> None:
+        if self.nodes.nodes:
+            ref = self.nodes.last_delta
+            delta = min(max(delta, ref / trust), ref * trust)
+        self.nodes.add(delta)
+
+    def _near_node(self, delta: float) -> bool:
+        return bool(self.nodes.nodes) and abs(delta / self.nodes.last_delta - 1.0) <= self.node_rtol
+
+    def solve_fixed(self, alpha: float, x0: np.ndarray, delta0: float | None = None) -> SEResult | None:
+        """Exact SE point at the current eps rule (lambda or ratio), starting from x0; None if the fast route
+        cannot find it (the caller falls back to the plain solver)."""
+        if delta0 is not None and not self._near_node(delta0):
+            self._add_node(delta0)
+        if not self.nodes.nodes:
+            ch = self.channel.moments(alpha, *x0)
+            self._add_node(math.sqrt(ch.q_hat) / ch.m_hat)
+        x = np.asarray(x0, float)
+        for _ in range(self.max_outer):
+            out = self._fast_iterate(alpha, x, self.tol)
+            if out is None:
+                return None
+            x, ms, it = out
+            if self._near_node(ms.delta):
+                break
+            self._add_node(ms.delta)
+        else:
+            return None
+        import warnings
+
+        from ..errors import ConvergenceWarning
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            res = StateEvolution.solve(self, alpha, init=x)
+        if res.phase != "regular":
+            return None
+        res.objective = alpha * res.train_error + (res.eps * res.m_hat / 2.0) * self._trace(res)
+        return res
+
+    def _trace(self, res: SEResult) -> float:
+        """(1/d) Tr S_hat = s j1 at the point (from the node)."""
+        (_, j1, _), _ = self.nodes.at(res.delta, res.eps)
+        return res.m_hat / res.sigma_hat * j1
+
+    def test_error_at(self, x: np.ndarray) -> float:
+        return self.channel.test_error(x[0], x[1])[0] + self.error_offset
+
+    # the optimal ratio ---------------------------------------------------------------------------
+    def solve_optimal(self, alpha: float, x0: np.ndarray, r0: float, h: float = 0.1, delta0: float | None = None,
+                      search_tol: float = 1e-8, r_min: float = 1e-3) -> tuple[SEResult | None, dict]:
+        """Minimise the test error over r = eps/delta at alpha, then solve the exact SE at the minimiser.
+
+        The search runs on the nodes as they are (typically one node at the predicted delta): each trial r is a
+        fixed point with channel calls only, warm started from the nearest trial; a parabola through three
+        bracketing trials gives the minimiser. The error is quadratic in r there, so the O(dt^2) accuracy of the
+        nodes during the search moves the reported test error by far less than the residual tolerance's noise;
+        the returned point is the exact SE at the chosen r."""
+        self.nodes.clear()
+        if delta0 is None:
+            ch = self.channel.moments(alpha, *x0)
+            delta0 = math.sqrt(ch.q_hat) / ch.m_hat
+        self._add_node(delta0)
+        trials: dict[float, tuple[float, np.ndarray]] = {}
+
+        def start_for(r: float) -> np.ndarray:
+            """Warm start: the trials' fixed points extrapolated (linearly, in log x) to r."""
+            if not trials:
+                return np.asarray(x0, float)
+            near = sorted(trials, key=lambda k: abs(k - r))
+            xa = trials[near[0]][1]
+            if len(near) < 2 or not math.isfinite(trials[near[1]][0]) or not math.isfinite(trials[near[0]][0]):
+                return xa
+            xb = trials[near[1]][1]
+            w = (r - near[0]) / (near[0] - near[1])
+            return np.exp(np.log(xa) + w * (np.log(xa) - np.log(xb)))
+
+        def ev(r: float) -> float:
+            r = max(r, r_min)
+            if r in trials:
+                return trials[r][0]
+            start = start_for(r)
+            self.ratio = r
+            out = self._fast_iterate(alpha, start, search_tol)
+            if out is None:
+                trials[r] = (math.inf, start)
+                return math.inf
+            x, ms, _ = out
+            trials[r] = (self.test_error_at(x), x)
+            return trials[r][0]
+
+        lo, mid, hi = max(r0 - h, r_min), r0, r0 + h
+        e_mid, e_lo, e_hi = ev(mid), ev(lo), ev(hi)
+        for _ in range(12):  # walk until the middle trial is the lowest
+            if e_mid <= e_lo and e_mid <= e_hi:
+                break
+            if e_lo < e_mid and lo > r_min:
+                hi, e_hi, mid, e_mid = mid, e_mid, lo, e_lo
+                lo = max(lo - h, r_min)
+                e_lo = ev(lo)
+            elif e_hi < e_mid:
+                lo, e_lo, mid, e_mid = mid, e_mid, hi, e_hi
+                hi = hi + h
+                e_hi = ev(hi)
+            else:
+                break
+        r_star = mid
+        den = (mid - lo) * (e_mid - e_hi) - (mid - hi) * (e_mid - e_lo)
+        if all(math.isfinite(v) for v in (e_lo, e_mid, e_hi)) and den != 0:
+            num = (mid - lo) ** 2 * (e_mid - e_hi) - (mid - hi) ** 2 * (e_mid - e_lo)
+            cand = mid - 0.5 * num / den
+            if lo < cand < hi:
+                r_star = cand
+        self.ratio = r_star
+        res = self.solve_fixed(alpha, start_for(r_star))
+        info = {"ratio": r_star, "trials": len(trials), "search": sorted((k, v[0]) for k, v in trials.items())}
+        return res, info
+
+
+# --------------------------------------------------------------------------------------------------
 # curves
 # --------------------------------------------------------------------------------------------------
 def _rec(n, d, nu, lam, res: SEResult, e0, k, extra=None) -> dict[str, Any]:
@@ -343,9 +623,9 @@ def limit_curve(problem: Problem, n_over_d, rule: LamRule, progress=None, **opti
     return out
 
 
-def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=None, xatol: float = 0.03,
-                   **options) -> list[dict[str, Any]]:
-    """Finite-d SE along alphas (n = alpha d^2) with the lambda rule; optimal: bounded Brent over log lambda in
+def _plain_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=None, xatol: float = 0.03,
+                 **options) -> list[dict[str, Any]]:
+    """The plain route: a fresh :class:`StateEvolution` per lambda. Optimal: bounded Brent over log lambda in
     [log lam_guess - 2.5, log lam_guess + 2.5], lam_guess = sqrt(q_hat) of the previous point (the eps = 2 delta
     rule: lambda = eps m_hat/2 = delta m_hat), warm started."""
     import warnings
@@ -384,12 +664,151 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
         if res.converged and res.phase == "regular":
             prev = res
             lam_guess = math.sqrt(res.q_hat) if rule.kind == "optimal" else None
-        rec = _rec(alpha * d * d, d, nu, lam, res, e0, k_star_finite(se, res), {"c0": c0})
+        rec = _rec(alpha * d * d, d, nu, lam, res, e0, k_star_finite(se, res),
+                   {"c0": c0, "ratio": res.eps / res.delta if res.phase == "regular" else math.nan, "route": "plain"})
         rec["seconds"] = time.perf_counter() - t0
         rec["message"] = res.message
         out.append(rec)
         if progress is not None:
             progress()
+    return out
+
+
+def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=None, xatol: float = 0.03,
+                   route: str = "fast", outliers: bool = False, k_stop: int | None = None,
+                   **options) -> list[dict[str, Any]]:
+    """Finite-d SE along alphas (n = alpha d^2) with the lambda rule: one record per alpha.
+
+    route = "fast" (default): :class:`FastFiniteD` with continuation along the curve: the next point's
+    (q, m, Sigma), delta and optimal r = eps/delta are extrapolated (log-log, last two points); the optimal rule
+    minimises the test error over r by a parabola through bracketing trials (docs/theory/scaling.md section 6).
+    A point the fast route cannot solve (e.g. S_hat = 0 under a large lambda) is solved by the plain route.
+    route = "plain": a fresh :class:`StateEvolution` per lambda, Brent over log lambda (xatol) for the optimal rule.
+
+    Record fields: n, d, nu = n/d, alpha, lam, test_error, e0, excess = test_error - e0, mse, k_star (target
+    modes detached from the rest of the spectrum of Y and above the threshold), delta, eps, ratio = eps/delta,
+    q, m, sigma, converged, phase, iterations, err_test_error, seconds, route, c0; with ``outliers`` also
+    ``outliers``: the recovered modes' target eigenvalue theta, position y (in units of Y/m_hat), learned
+    eigenvalue and squared overlap (theory/spectrum.py). ``k_stop``: end the curve after the first point with
+    k_star > k_stop (the points beyond a fit window k* <= d/4 cost the most and are not used).
+    """
+    if route not in ("fast", "plain"):
+        raise ValueError(f"route must be 'fast' or 'plain' (got {route!r})")
+    if route == "plain" or problem.student.model != "factorized" or problem.student.kappa < 1:
+        out = _plain_curve(problem, d, alphas, rule, progress=progress, xatol=xatol, **options)
+        if k_stop is not None:
+            over = [i for i, r in enumerate(out) if r["k_star"] > k_stop]
+            out = out[: over[0] + 1] if over else out
+        if outliers:
+            for rec in out:
+                rec["outliers"] = _outliers_of(problem, d, rec)
+        return out
+    import warnings
+
+    from ..errors import ConvergenceWarning
+
+    fast = FastFiniteD(problem, d, **options)
+    e0, c0 = saturation_error(fast)
+    hist: list[tuple[float, np.ndarray, float, float]] = []  # (log alpha, log x, log delta, ratio)
+    out = []
+    for alpha in sorted(float(a) for a in alphas):
+        t0 = time.perf_counter()
+        built0, calls0 = fast.nodes.built, fast.channel_calls
+        la = math.log(alpha)
+        if not hist:
+            x0, delta0, r0 = fast.initial_guess(), None, 1.0
+        elif len(hist) == 1:
+            x0 = np.exp(hist[-1][1])
+            delta0 = math.exp(hist[-1][2] - 0.5 * (la - hist[-1][0]))  # delta^2 ~ 1/alpha
+            r0 = hist[-1][3]
+        else:
+            (a0, x_0, d_0, r_0), (a1, x_1, d_1, r_1) = hist[-2], hist[-1]
+            w = (la - a1) / (a1 - a0)
+            x0 = np.exp(x_1 + w * (x_1 - x_0))
+            delta0 = math.exp(d_1 + w * (d_1 - d_0))
+            r0 = max(r_1 + w * (r_1 - r_0), 0.05)
+        res = None
+        info: dict[str, Any] = {}
+        lam = math.nan
+        if rule.kind == "optimal":
+            if not hist:  # a plain solve from a cold start gives the search a point, and r0, at the right delta
+                first = StateEvolution(problem.replace_student(lam=0.1 * math.sqrt(alpha)), d=d, **options)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    first = first.solve(alpha)
+                if first.converged and first.phase == "regular":
+                    x0, delta0, r0 = first.x, first.delta, first.eps / first.delta
+            if hist or delta0 is not None:
+                res, info = fast.solve_optimal(alpha, x0, r0, h=0.1 if hist else 0.3, delta0=delta0)
+                if not hist and res is not None:  # the first search ran on a node far from some trials: refine
+                    res, info = fast.solve_optimal(alpha, res.x, info["ratio"], h=0.05, delta0=res.delta)
+            if res is not None:
+                lam = res.eps * res.m_hat / 2.0
+        else:
+            lam = rule.lam(alpha * d, d)
+            fast.ratio, fast.lam = None, lam
+            fast.nodes.clear()
+            if hist:
+                res = fast.solve_fixed(alpha, x0, delta0)
+        route_used = "fast"
+        if res is None or not res.converged:  # fall back to the plain route for this point
+            route_used = "plain"
+            rec = _plain_curve(problem, d, [alpha], rule, xatol=xatol, **options)[0]
+            lam = rec["lam"]
+            se = StateEvolution(problem.replace_student(lam=lam), d=d, **options)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                res = se.solve(alpha, init=x0 if hist else None)
+        if res.converged and res.phase == "regular":
+            hist.append((la, np.log(res.x), math.log(res.delta), res.eps / res.delta))
+            hist = hist[-2:]
+        rec = _rec(alpha * d * d, d, alpha * d, lam, res, e0, k_star_finite(fast, res),
+                   {"c0": c0, "ratio": res.eps / res.delta if res.phase == "regular" else math.nan,
+                    "route": route_used, "free_convolutions": fast.nodes.built - built0,
+                    "channel_calls": fast.channel_calls - calls0, "r_trials": info.get("trials", 0)})
+        if outliers:
+            rec["outliers"] = _outliers_of(problem.replace_student(lam=lam), d, rec, res)
+        rec["seconds"] = time.perf_counter() - t0
+        rec["message"] = res.message
+        out.append(rec)
+        if progress is not None:
+            progress()
+        if k_stop is not None and rec["k_star"] > k_stop:
+            break
+    return out
+
+
+def _outliers_of(problem: Problem, d: int, rec: dict[str, Any], res: SEResult | None = None) -> list[dict[str, Any]]:
+    """Recovered outliers at a solved point (theory/spectrum.py): theta, y, learned eigenvalue, squared overlap."""
+    from .spectrum import spectrum_from_result
+
+    if res is None or not res.converged or res.phase != "regular":
+        return []
+    sp = spectrum_from_result(problem.replace_student(lam=rec["lam"]), problem.task.target.measure(d), res)
+    return [{"theta": o.theta, "y": o.y_bump if math.isfinite(o.y_bump) else o.y, "eigenvalue": o.eigenvalue,
+             "overlap": o.overlap} for o in sp.outliers if o.recovered]
+
+
+def finite_d_points(problem: Problem, d: int, alphas, rule: LamRule | str = "optimal", outliers: bool = True,
+                    **options) -> list[dict[str, Any]]:
+    """The finite-d SE scaling curve in the form used to compare with simulations (one dict per alpha).
+
+    Fields: alpha, n = alpha d^2, lam (the lambda the rule chose; optimal: the minimiser of the test error),
+    e_test (noisy-label test error), e_0 (its alpha -> inf saturation value, :func:`saturation_error`),
+    excess = e_test - e_0, k_star (recovered target modes), converged, and with ``outliers`` the list
+    ``outliers`` of recovered modes {theta, y, eigenvalue, overlap} (target eigenvalue, position in the spectrum
+    of Y/m_hat = S0 + delta Z, eigenvalue of S_hat, squared overlap with the target eigenvector), strongest first.
+    Computed by the fast route of :func:`finite_d_curve`.
+    """
+    rule = parse_lam_rule(rule) if isinstance(rule, str) else rule
+    recs = finite_d_curve(problem, d, alphas, rule, outliers=outliers, **options)
+    out = []
+    for r in recs:
+        p = {"alpha": r["alpha"], "n": r["n"], "lam": r["lam"], "e_test": r["test_error"], "e_0": r["e0"],
+             "excess": r["excess"], "k_star": r["k_star"], "converged": r["converged"]}
+        if outliers:
+            p["outliers"] = r.get("outliers", [])
+        out.append(p)
     return out
 
 

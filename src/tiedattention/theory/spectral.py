@@ -39,6 +39,8 @@ from ..targets import SpectralMeasure, mp_edges, mp_stieltjes
 __all__ = [
     "FreeConvolution",
     "SpectralIntegrals",
+    "ThresholdFamily",
+    "ThresholdIntegrals",
     "spectral_integrals",
 ]
 
@@ -459,16 +461,17 @@ class FreeConvolution:
         pts = self._at(u.ravel())
         shape = u.shape
         w = ws * half[:, None] * (pts["rho"] * pts["dpsi"]).reshape(shape)
-        return {"u": u, "y": pts["y"].reshape(shape), "re_g": pts["re_g"].reshape(shape), "w": w}
+        return {"u": u, "y": pts["y"].reshape(shape), "re_g": pts["re_g"].reshape(shape), "w": w,
+                "rho": pts["rho"].reshape(shape)}
 
-    def adaptive(self, pieces, tests, rtol: float | None = None) -> dict:
+    def adaptive(self, pieces, tests, rtol: float | None = None, with_rho: bool = False) -> dict:
         """Adaptive composite Gauss-Jacobi quadrature over pieces [(u_lo, u_hi, eb, ea), ...] in u.
 
-        ``tests(y, re_g)`` returns the (K, ...) integrands; a panel is accepted when its 16-node and
-        10-node rules agree to rtol * max(1, |totals|) * (panel length / total length), else it is halved
-        (the halves inherit the edge exponents of their outer ends). Returns totals (K,), the error
-        estimate (sum of the accepted panels' disagreements), the number of nodes, and the accepted panels
-        with their nodes (u, y, re_g, w) for reuse.
+        ``tests(y, re_g)`` (``tests(y, re_g, rho)`` with ``with_rho``) returns the (K, ...) integrands; a panel
+        is accepted when its 16-node and 10-node rules agree to rtol * max(1, |totals|) * (panel length / total
+        length), else it is halved (the halves inherit the edge exponents of their outer ends). Returns totals
+        (K,), the error estimate (sum of the accepted panels' disagreements), the number of nodes, and the
+        accepted panels with their nodes (u, y, re_g, w, rho) for reuse.
         """
         rtol = self.rtol if rtol is None else rtol
         if not pieces:
@@ -487,9 +490,10 @@ class FreeConvolution:
             r = self._panel_nodes(lo, hi, eb, ea, _NP)
             r2 = self._panel_nodes(lo, hi, eb, ea, _NP_CHECK)
             nodes += lo.size * (_NP + _NP_CHECK)
-            tv = np.asarray(tests(r["y"], r["re_g"]))
+            extra, extra2 = ((r["rho"],), (r2["rho"],)) if with_rho else ((), ())
+            tv = np.asarray(tests(r["y"], r["re_g"], *extra))
             q = np.einsum("kpn,pn->pk", tv, r["w"])
-            q2 = np.einsum("kpn,pn->pk", np.asarray(tests(r2["y"], r2["re_g"])), r2["w"])
+            q2 = np.einsum("kpn,pn->pk", np.asarray(tests(r2["y"], r2["re_g"], *extra2)), r2["w"])
             if scale is None:
                 scale = max(1.0, float(np.max(np.abs(q.sum(axis=0)))))
             diff = np.max(np.abs(q - q2), axis=1)
@@ -580,6 +584,15 @@ class FreeConvolution:
             nodes=int(res["nodes"]),
             cut=c,
         )
+
+    def threshold_family(self, eps_min: float = 0.0, eps_ref: float | None = None) -> ThresholdFamily:
+        """The soft-threshold integrals at this delta for every eps >= eps_min, from one quadrature.
+
+        The support above eps_min is integrated once (adaptive panels) against a basis that is polynomial in
+        the threshold; a query at eps re-integrates only the one panel that eps cuts. See
+        :class:`ThresholdFamily` for the fields and the exact derivatives in t = delta^2.
+        """
+        return ThresholdFamily(self, float(eps_min), eps_ref)
 
     # ------------------------------------------------------------------ quantiles --------------
     def quantile(self, tail: float) -> float:
@@ -697,6 +710,125 @@ class FreeConvolution:
             idx = np.searchsorted(y_panel_hi, y[below], side="right")
             out[below] = cum[idx]
         return out
+
+
+# ------------------------------------------------------------------------------------------------
+# the soft-threshold family at one delta, with exact derivatives in t = delta^2
+# ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ThresholdIntegrals:
+    r"""Soft-threshold integrals at (delta, eps) and their exact first derivatives in t = delta^2 and eps.
+
+    With f = (y - eps)_+, rho = rho_delta, g = g_delta (Re g on the real axis):
+
+        j2 = int f^2 rho (= I),   j1 = int f rho (= -dI/deps / 2),   jg = int f rho Re g (= dI/ddelta / (4 delta)),
+        rank = int_{y > eps} rho,   kg = int_{y > eps} rho Re g,   kh = int_{y > eps} rho ((Re g)^2 - pi^2 rho^2/3).
+
+    Free heat flow (complex Burgers equation d_t g = -g d_z g) gives, for F continuous with F(eps) = 0,
+    d_t int F rho = int F' rho Re g and d_t int F rho Re g = int F' rho ((Re g)^2 - pi^2 rho^2 / 3), hence
+
+        d_t j2 = 2 jg,  d_t j1 = kg,  d_t jg = kh;     d_eps j2 = -2 j1,  d_eps j1 = -rank,  d_eps jg = -kg.
+    """
+
+    delta: float
+    eps: float
+    j2: float
+    j1: float
+    jg: float
+    rank: float
+    kg: float
+    kh: float
+    error: float
+
+    @property
+    def t(self) -> float:
+        return self.delta * self.delta
+
+    @property
+    def I(self) -> float:  # noqa: E743 - name from the theory
+        return self.j2
+
+    @property
+    def dI_deps(self) -> float:
+        return -2.0 * self.j1
+
+    @property
+    def dI_ddelta(self) -> float:
+        return 4.0 * self.delta * self.jg
+
+    def values(self) -> np.ndarray:
+        """(j2, j1, jg)."""
+        return np.array([self.j2, self.j1, self.jg])
+
+    def d_t(self) -> np.ndarray:
+        """d/dt of (j2, j1, jg) at fixed eps (t = delta^2)."""
+        return np.array([2.0 * self.jg, self.kg, self.kh])
+
+    def d_eps(self) -> np.ndarray:
+        """d/deps of (j2, j1, jg) at fixed delta."""
+        return np.array([-2.0 * self.j1, -self.rank, -self.kg])
+
+    def as_spectral_integrals(self) -> SpectralIntegrals:
+        return SpectralIntegrals(self.delta, self.eps, self.j2, self.dI_ddelta, self.dI_deps, self.rank, 1.0,
+                                 self.error, 0, self.eps)
+
+
+class ThresholdFamily:
+    """Soft-threshold integrals of one :class:`FreeConvolution` for any eps >= eps_min (one quadrature).
+
+    The accepted panels of an adaptive rule over the support above eps_min carry the sums of the basis
+    1, (y - c), (y - c)^2, Re g, (y - c) Re g, (Re g)^2 - pi^2 rho^2/3 (c = eps_ref), from which every
+    eps-dependent integral is a polynomial combination; the panel that eps cuts is integrated afresh from
+    eps (adaptive, the same rule and tolerance). Queries cost one panel, not the whole support.
+    """
+
+    def __init__(self, fc: FreeConvolution, eps_min: float = 0.0, eps_ref: float | None = None):
+        self.fc = fc
+        self.eps_min = float(eps_min)
+        self.c = float(eps_min if eps_ref is None else eps_ref)
+        c = self.c
+        self._basis = lambda y, g, rho: [np.ones_like(y), y - c, (y - c) ** 2, g, (y - c) * g,
+                                         g * g - (np.pi * rho) ** 2 / 3.0]
+        res = fc.adaptive(fc._pieces_above(self.eps_min), self._basis, with_rho=True)
+        if res["panels"] is None:
+            self.lo = self.hi = self.eb = self.ea = self.ylo = self.yhi = np.zeros(0)
+            self.q = np.zeros((0, 6))
+            self.suffix = np.zeros((1, 6))
+        else:
+            p = res["panels"]
+            self.lo, self.hi, self.eb, self.ea, self.q = p["lo"], p["hi"], p["eb"], p["ea"], p["q"]
+            ends = fc.psi(np.concatenate([self.lo, self.hi]))
+            self.ylo, self.yhi = ends[: self.lo.size], ends[self.lo.size :]
+            # suffix[k] = sum of the panels k, k+1, ... (panels are sorted in u, hence in y)
+            self.suffix = np.vstack([np.cumsum(self.q[::-1], axis=0)[::-1], np.zeros((1, 6))])
+        self.error = float(res["error"])
+        self.nodes = int(res["nodes"])
+
+    def _sums(self, eps: float) -> tuple[np.ndarray, float]:
+        k = int(np.searchsorted(self.ylo, eps, side="left"))  # first panel with y_lo >= eps
+        tot = self.suffix[k].copy()
+        err = self.error
+        j = k - 1  # the panel before it may be cut by eps
+        if j >= 0 and self.yhi[j] > eps:
+            fc = self.fc
+            uc = float(fc._u_of_y_vec(np.array([eps]), np.array([self.lo[j]]), np.array([self.hi[j]]))[0])
+            part = fc.adaptive([(uc, float(self.hi[j]), 0.0, float(self.ea[j]))], self._basis, with_rho=True)
+            if part["totals"] is not None:
+                tot += part["totals"]
+                err += part["error"]
+        return tot, err
+
+    def at(self, eps: float) -> ThresholdIntegrals:
+        """The integrals at threshold eps (>= eps_min)."""
+        eps = float(eps)
+        if not eps >= self.eps_min - 1e-14 * max(1.0, abs(self.eps_min)):
+            raise ValueError(f"eps = {eps} is below the family's eps_min = {self.eps_min}")
+        b, err = self._sums(eps)
+        a = eps - self.c
+        return ThresholdIntegrals(
+            delta=self.fc.delta, eps=eps, j2=float(b[2] - 2.0 * a * b[1] + a * a * b[0]), j1=float(b[1] - a * b[0]),
+            jg=float(b[4] - a * b[3]), rank=float(b[0]), kg=float(b[3]), kh=float(b[5]), error=float(err),
+        )
 
 
 def _vec_root_indexed(fun, a: np.ndarray, b: np.ndarray, maxiter: int = 200) -> np.ndarray:
