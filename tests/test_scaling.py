@@ -162,3 +162,184 @@ def test_cli_scaling_bad_input():
     assert r.exit_code == 2 and "--lam-rule" in r.output
     r = CliRunner().invoke(app, ["scaling", "--n-range", "5:1", "--json"])
     assert r.exit_code == 2 and "--n-range" in r.output
+
+
+# --------------------------------------------------------------------------------------------------
+# finite d: the threshold family, the fast route, the curve and the CLI
+# --------------------------------------------------------------------------------------------------
+from tiedattention.theory.scaling import (  # noqa: E402
+    FastFiniteD,
+    _Nodes,
+    finite_d_curve,
+    finite_d_points,
+    recovered_modes_finite,
+)
+from tiedattention.theory.spectral import FreeConvolution  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pl_measure():
+    return _problem().task.target.measure(150)
+
+
+@pytest.mark.parametrize("delta,eps", [(0.4, 0.5), (0.15, 0.2), (0.6, 0.0)])
+def test_threshold_family_matches_integrals_and_heat_flow_derivatives(pl_measure, delta, eps):
+    """One quadrature per delta gives every eps: equal to FreeConvolution.integrals to rounding; its t = delta^2
+    and eps derivatives (free heat flow: d_t jg = int_{y>eps} rho (Re g^2 - pi^2 rho^2/3)) equal finite
+    differences of independent free convolutions."""
+    fc = FreeConvolution(pl_measure, delta)
+    fam = fc.threshold_family(0.0)
+    ti, si = fam.at(eps), fc.integrals(eps)
+    assert ti.I == pytest.approx(si.I, rel=1e-11, abs=1e-14)
+    assert ti.dI_deps == pytest.approx(si.dI_deps, rel=1e-11, abs=1e-14)
+    assert ti.dI_ddelta == pytest.approx(si.dI_ddelta, rel=1e-11, abs=1e-14)
+    assert ti.rank == pytest.approx(si.rank, rel=1e-11)
+    h = 1e-4 * delta**2
+    up = FreeConvolution(pl_measure, math.sqrt(delta**2 + h)).threshold_family(0.0).at(eps).values()
+    dn = FreeConvolution(pl_measure, math.sqrt(delta**2 - h)).threshold_family(0.0).at(eps).values()
+    np.testing.assert_allclose(ti.d_t(), (up - dn) / (2 * h), rtol=2e-5, atol=1e-9)
+    if eps > 0:
+        e = 1e-5
+        fd = (fam.at(eps + e).values() - fam.at(eps - e).values()) / (2 * e)
+        np.testing.assert_allclose(ti.d_eps(), fd, rtol=1e-6, atol=1e-10)
+    with pytest.raises(ValueError):
+        fam.at(-0.1)
+
+
+def test_hermite_nodes_interpolate_to_fourth_order(pl_measure):
+    """Two exact nodes 2 % apart in delta: the Hermite interpolant in t is within 1e-8 (relative) of the exact
+    integrals between them, and exact at the nodes; one node (tangent) is only second order."""
+    nodes = _Nodes(pl_measure)
+    d0 = 0.3
+    nodes.add(d0)
+    dm = d0 * 1.01
+    exact = FreeConvolution(pl_measure, dm).threshold_family(0.0).at(0.35).values()
+    one, _ = nodes.at(dm, 0.35)
+    nodes.add(d0 * 1.02)
+    two, _ = nodes.at(dm, 0.35)
+    err1 = np.max(np.abs(one / exact - 1))
+    err2 = np.max(np.abs(two / exact - 1))
+    assert err2 < 1e-8 and err2 < 1e-2 * err1
+    at_node, _ = nodes.at(d0 * 1.02, 0.35)
+    np.testing.assert_array_equal(at_node, nodes.nodes[-1][1].at(0.35).values())
+
+
+def test_fast_route_equals_plain_route_at_fixed_lambda():
+    """The fast route returns the exact SE point: the same fixed point as the plain solver (tol 1e-10)."""
+    p = _problem()
+    rule = LamRule("power", 0.3, 0.75)
+    alphas = np.array([100.0, 250.0]) / 60
+    fast = finite_d_curve(p, 60, alphas, rule)
+    plain = finite_d_curve(p, 60, alphas, rule, route="plain")
+    assert fast[1]["route"] == "fast" and fast[1]["free_convolutions"] >= 1
+    for a, b in zip(fast, plain, strict=True):
+        assert a["converged"] and b["converged"]
+        assert a["lam"] == b["lam"]
+        for key in ("test_error", "q", "m", "sigma", "delta", "eps"):
+            assert a[key] == pytest.approx(b[key], rel=1e-8), key
+
+
+D_CURVE = 60
+NU_CURVE = (30.0, 300.0, 3000.0)
+
+
+@pytest.fixture(scope="module")
+def curve100():
+    return finite_d_curve(_problem(), D_CURVE, np.array(NU_CURVE) / D_CURVE, LamRule("optimal"), outliers=True)
+
+
+def test_fast_optimal_lambda_is_a_minimum(curve100):
+    """Optimal rule: the fast route's lambda minimises the exact SE test error (perturbing lambda by +-5 %
+    raises it)."""
+    from tiedattention.theory.state_evolution import StateEvolution
+
+    recs = curve100
+    assert all(r["converged"] for r in recs) and all(r["route"] == "fast" for r in recs)
+    r = recs[1]
+    for f in (0.95, 1.05):
+        se = StateEvolution(_problem().replace_student(lam=r["lam"] * f), d=D_CURVE)
+        assert se.solve(r["alpha"], init=np.array([r["q"], r["m"], r["sigma"]])).test_error > r["test_error"]
+
+
+@pytest.mark.slow
+def test_fast_optimal_against_plain_brent():
+    """The fast route's optimum is not above the plain route's Brent minimum (xatol 0.03 in log lambda) by more
+    than 1e-6 relative, and the excesses agree to 1e-3."""
+    alphas = np.array([30.0, 100.0, 300.0]) / 100
+    fast = finite_d_curve(_problem(), 100, alphas, LamRule("optimal"))
+    plain = finite_d_curve(_problem(), 100, alphas, LamRule("optimal"), route="plain")
+    for a, b in zip(fast, plain, strict=True):
+        assert a["test_error"] <= b["test_error"] * (1 + 1e-6)
+        assert a["excess"] == pytest.approx(b["excess"], rel=1e-3)
+
+
+def test_finite_d_curve_sequential_recovery_and_outliers(curve100):
+    """Along the optimal curve the excess falls, k* grows, the recovered modes are the strongest ones in order
+    (theta_1 > theta_2 > ... with no gap), overlaps lie in (0, 1] and decrease with theta at each point, and
+    e_test - e_0 is positive."""
+    theta = _problem().task.target.eigenvalues(D_CURVE)
+    recs = curve100
+    ex = [r["excess"] for r in recs]
+    assert all(a > b > 0 for a, b in zip(ex, ex[1:], strict=False))
+    ks = [r["k_star"] for r in recs]
+    assert all(a <= b for a, b in zip(ks, ks[1:], strict=False)) and ks[-1] > ks[0] >= 1
+    for r in recs:
+        outs = r["outliers"]
+        assert len(outs) == r["k_star"]
+        np.testing.assert_allclose([o["theta"] for o in outs], theta[: r["k_star"]], rtol=1e-12)
+        ov = [o["overlap"] for o in outs]
+        assert all(0 < o <= 1 for o in ov) and all(a >= b for a, b in zip(ov, ov[1:], strict=False))
+        assert all(o["eigenvalue"] > 0 for o in outs)
+
+
+def test_finite_d_excess_below_the_limit_and_approaching_it(curve100):
+    """At the same nu = n/d the finite-d excess sits below the scaling limit and grows towards it with d
+    (docs/theory/scaling.md section 6); k* too."""
+    nu = NU_CURVE[1]
+    p = _problem()
+    lim = limit_curve(p, [nu], LamRule("optimal"))[0]
+    e = {D_CURVE: curve100[1], 150: finite_d_curve(p, 150, [nu / 150], LamRule("optimal"))[0]}
+    assert e[D_CURVE]["excess"] < e[150]["excess"] < lim["excess"]
+    assert e[D_CURVE]["k_star"] <= e[150]["k_star"] <= lim["k_star"]
+
+
+def test_finite_d_points_fields():
+    pts = finite_d_points(_problem(2.0), 40, [2.0])
+    assert [set(p) for p in pts] == [{"alpha", "n", "lam", "e_test", "e_0", "excess", "k_star", "converged",
+                                      "outliers"}]
+    for p in pts:
+        assert p["converged"] and p["n"] == pytest.approx(p["alpha"] * 1600)
+        assert p["excess"] == pytest.approx(p["e_test"] - p["e_0"])
+        assert len(p["outliers"]) == p["k_star"]
+
+
+def test_fast_route_refuses_narrow_students():
+    with pytest.raises(ParameterError):
+        FastFiniteD(_problem(kappa=0.5), 50)
+
+
+def test_recovered_modes_need_a_converged_regular_point():
+    se = FastFiniteD(_problem(), 50)
+    from tiedattention.theory.state_evolution import SEResult
+
+    bad = SEResult(*([1.0] * 16), False, 1, 1.0, 0.0)
+    assert recovered_modes_finite(se, bad) == []
+
+
+def test_cli_scaling_finite_d_json():
+    res = CliRunner().invoke(app, ["scaling", "--target", "powerlaw:1.25", "--d", "50", "--n-range", "1e3:2.5e4",
+                                   "--points", "3", "--kmax-frac", "0.5", "--json"])
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in res.stdout.strip().splitlines()]
+    assert len(lines) == 4
+    pts, last = lines[:-1], lines[-1]
+    assert all(r["converged"] and r["d"] == 50 for r in pts)
+    assert [r["n"] for r in pts] == pytest.approx(np.geomspace(1e3, 2.5e4, 3).tolist(), rel=1e-12)
+    assert last["summary"] and last["d"] == 50 and last["lam_rule"] == "optimal"
+    assert last["predicted_exponent"] == pytest.approx(0.6) and "optimal" in last["regime"]
+    assert last["fit_window"] == {"k_star_min": 3, "k_star_max": 25.0}
+    assert last["points"] == sum(1 for r in pts if 3 <= r["k_star"] <= 25) == 3
+    lo, hi = last["fitted_exponent_ci"]
+    assert lo <= last["fitted_exponent"] <= hi and 0.3 < last["fitted_exponent"] < 1.2
+    bad = CliRunner().invoke(app, ["scaling", "--d", "1", "--json"])
+    assert bad.exit_code == 2 and "--d" in bad.output

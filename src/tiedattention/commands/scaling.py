@@ -1,6 +1,7 @@
 """`tiedattention scaling`: the excess test error e_test - e_0 along n for a power-law target, and its exponent.
 
-At finite ``--d`` the curve is the state evolution at alpha = n/d^2; at ``--d inf`` it is the scaling limit
+At finite ``--d`` the curve is the state evolution at alpha = n/d^2 (``--route fast``: the continuation route of
+``theory.scaling.finite_d_curve``; ``--route plain``: a fresh solver per lambda); at ``--d inf`` it is the scaling limit
 d -> infinity at fixed nu = n/d (then ``--n-range`` is read as a range of nu = n/d). JSON Lines: one object per
 point, then a last object with fitted_exponent, fitted_exponent_ci, predicted_exponent and the regime.
 """
@@ -66,6 +67,10 @@ def scaling(
     kmax_frac: Annotated[float, typer.Option("--kmax-frac", help="finite d: fit only points with k* <= frac d")] = 0.25,
     out: Annotated[str | None, typer.Option("--out", help="write a log-log figure (PNG)")] = None,
     order: Annotated[int | None, typer.Option("--order", help="Gauss-Hermite order per dimension (T=2)")] = None,
+    route: Annotated[str, typer.Option("--route", help="finite d: fast (default) or plain (reference)")] = "fast",
+    k_stop: Annotated[
+        int | None, typer.Option("--k-stop", help="finite d: stop the curve after the first point with k* > K")
+    ] = None,
     json: JsonOpt = False,
 ) -> None:
     """Scaling law of the excess test error for a power-law target (docs/theory/scaling.md)."""
@@ -90,6 +95,10 @@ def scaling(
             if d_val < 2:
                 raise ParameterError("d", f"must be an integer >= 2 or inf (got {d})")
         rule = parse_lam_rule(lam_rule)
+        if route not in ("fast", "plain"):
+            raise ParameterError("route", f"must be fast or plain (got {route})")
+        if k_stop is not None and k_stop < 0:
+            raise ParameterError("k-stop", f"must be >= 0 (got {k_stop})")
         lo, hi = _range(n_range)
         if points < 3:
             raise ParameterError("points", f"needs at least 3 points (got {points})")
@@ -104,7 +113,7 @@ def scaling(
                 records = limit_curve(problem, grid, rule, progress=lambda: bar.advance(job), **options)
             else:
                 records = finite_d_curve(problem, d_val, grid / d_val**2, rule, progress=lambda: bar.advance(job),
-                                         **options)
+                                         route=route, k_stop=k_stop, **options)
                 for r in records:
                     r["n"] = r["alpha"] * d_val**2
         kcap = math.inf if d_inf else kmax_frac * d_val

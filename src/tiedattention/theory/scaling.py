@@ -55,6 +55,7 @@ __all__ = [
     "fit_exponent",
     "predicted_exponent",
     "k_star_finite",
+    "recovered_modes_finite",
 ]
 
 
@@ -292,16 +293,28 @@ def saturation_error(se: StateEvolution, clean: bool = False) -> tuple[float, fl
     return float(res.fun) + (0.0 if clean else se.error_offset), float(res.x)
 
 
-def k_star_finite(se: StateEvolution, res: SEResult) -> int:
-    """Recovered target modes at a finite-d SE point: spikes detached from the rest of the spectrum
-    (delta^2 int dnu/(theta - x)^2 < 1) whose outlier position theta + delta^2 g_nu(theta) lies above the cut."""
+def recovered_modes_finite(se: StateEvolution, res: SEResult) -> list[dict[str, float]]:
+    """The recovered target modes at a finite-d SE point, strongest first: eigenvalues theta of S0 detached from
+    the rest nu of the spectrum (overlap 1 - delta^2 int dnu/(theta - x)^2 > 0) whose outlier position
+    y = theta + delta^2 g_nu(theta) (units of Y/m_hat = S0 + delta Z) lies above the threshold eps. Each entry:
+    theta, y, overlap (squared, with the target eigenvector) and eigenvalue = s (y - eps) of S_hat, s = m_hat/sigma_hat
+    (theory/spectrum.py, docs/theory/spectra.md section 4; these are the d -> inf spike formulas against the rest
+    of the finite-d spectrum, as in :func:`tiedattention.theory.spectrum.outlier_alphas`)."""
     if res.phase != "regular" or not res.converged:
-        return 0
+        return []
     theta = np.unique(se.measure.atoms[se.measure.atoms > 0])[::-1]
     g, f = _Kernel(se.measure).rest_sums(theta)
     t = res.delta**2
-    ok = (t * f < 1.0) & (theta + t * g > res.eps)
-    return int(np.sum(ok))
+    y = theta + t * g
+    ok = (t * f < 1.0) & (y > res.eps)
+    s = res.m_hat / res.sigma_hat
+    return [{"theta": float(a), "y": float(b), "overlap": float(1.0 - t * c), "eigenvalue": float(s * (b - res.eps))}
+            for a, b, c in zip(theta[ok], y[ok], f[ok], strict=True)]
+
+
+def k_star_finite(se: StateEvolution, res: SEResult) -> int:
+    """Recovered target modes at a finite-d SE point (the length of :func:`recovered_modes_finite`)."""
+    return len(recovered_modes_finite(se, res))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -689,8 +702,9 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
     modes detached from the rest of the spectrum of Y and above the threshold), delta, eps, ratio = eps/delta,
     q, m, sigma, converged, phase, iterations, err_test_error, seconds, route, c0; with ``outliers`` also
     ``outliers``: the recovered modes' target eigenvalue theta, position y (in units of Y/m_hat), learned
-    eigenvalue and squared overlap (theory/spectrum.py). ``k_stop``: end the curve after the first point with
-    k_star > k_stop (the points beyond a fit window k* <= d/4 cost the most and are not used).
+    eigenvalue and squared overlap (:func:`recovered_modes_finite`; cheap: no free convolution).
+    ``k_stop``: end the curve after the first point with k_star > k_stop (the points beyond a fit window
+    k* <= d/4 cost the most and are not used).
     """
     if route not in ("fast", "plain"):
         raise ValueError(f"route must be 'fast' or 'plain' (got {route!r})")
@@ -699,9 +713,10 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
         if k_stop is not None:
             over = [i for i, r in enumerate(out) if r["k_star"] > k_stop]
             out = out[: over[0] + 1] if over else out
-        if outliers:
+        if outliers:  # (the plain records do not keep their SE points: re-solve each one)
             for rec in out:
-                rec["outliers"] = _outliers_of(problem, d, rec)
+                se = StateEvolution(problem.replace_student(lam=rec["lam"]), d=d, **options)
+                rec["outliers"] = recovered_modes_finite(se, se.solve(rec["alpha"]))
         return out
     import warnings
 
@@ -762,12 +777,13 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
         if res.converged and res.phase == "regular":
             hist.append((la, np.log(res.x), math.log(res.delta), res.eps / res.delta))
             hist = hist[-2:]
-        rec = _rec(alpha * d * d, d, alpha * d, lam, res, e0, k_star_finite(fast, res),
+        modes = recovered_modes_finite(fast, res)
+        rec = _rec(alpha * d * d, d, alpha * d, lam, res, e0, len(modes),
                    {"c0": c0, "ratio": res.eps / res.delta if res.phase == "regular" else math.nan,
                     "route": route_used, "free_convolutions": fast.nodes.built - built0,
                     "channel_calls": fast.channel_calls - calls0, "r_trials": info.get("trials", 0)})
         if outliers:
-            rec["outliers"] = _outliers_of(problem.replace_student(lam=lam), d, rec, res)
+            rec["outliers"] = modes
         rec["seconds"] = time.perf_counter() - t0
         rec["message"] = res.message
         out.append(rec)
@@ -778,17 +794,6 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
     return out
 
 
-def _outliers_of(problem: Problem, d: int, rec: dict[str, Any], res: SEResult | None = None) -> list[dict[str, Any]]:
-    """Recovered outliers at a solved point (theory/spectrum.py): theta, y, learned eigenvalue, squared overlap."""
-    from .spectrum import spectrum_from_result
-
-    if res is None or not res.converged or res.phase != "regular":
-        return []
-    sp = spectrum_from_result(problem.replace_student(lam=rec["lam"]), problem.task.target.measure(d), res)
-    return [{"theta": o.theta, "y": o.y_bump if math.isfinite(o.y_bump) else o.y, "eigenvalue": o.eigenvalue,
-             "overlap": o.overlap} for o in sp.outliers if o.recovered]
-
-
 def finite_d_points(problem: Problem, d: int, alphas, rule: LamRule | str = "optimal", outliers: bool = True,
                     **options) -> list[dict[str, Any]]:
     """The finite-d SE scaling curve in the form used to compare with simulations (one dict per alpha).
@@ -797,7 +802,8 @@ def finite_d_points(problem: Problem, d: int, alphas, rule: LamRule | str = "opt
     e_test (noisy-label test error), e_0 (its alpha -> inf saturation value, :func:`saturation_error`),
     excess = e_test - e_0, k_star (recovered target modes), converged, and with ``outliers`` the list
     ``outliers`` of recovered modes {theta, y, eigenvalue, overlap} (target eigenvalue, position in the spectrum
-    of Y/m_hat = S0 + delta Z, eigenvalue of S_hat, squared overlap with the target eigenvector), strongest first.
+    of Y/m_hat = S0 + delta Z, eigenvalue of S_hat, squared overlap with the target eigenvector), strongest first
+    (:func:`recovered_modes_finite`; len(outliers) == k_star).
     Computed by the fast route of :func:`finite_d_curve`.
     """
     rule = parse_lam_rule(rule) if isinstance(rule, str) else rule
