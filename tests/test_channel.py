@@ -339,3 +339,98 @@ def test_quiet_convergence():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         SoftmaxChannel(P2, order=10).moments(1.0, 1.5, 1.2, 50.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# T >= 3 (QMC): symmetry, warm starts, error estimates against independent routes
+# ------------------------------------------------------------------------------------------------
+P3 = ChannelParams(tokens=3, beta=1.0, beta0=1.0, noise=0.5, noise_out=0.0, q0=1.5)
+
+
+def _token_permutation(T: int, perm) -> np.ndarray:
+    """Matrix (K, K) of the logit permutation induced by relabelling tokens: D(Pi v) = Pi_T D(v) Pi_T^T."""
+    iu, ju = np.triu_indices(T)
+    index = {(i, j): k for k, (i, j) in enumerate(zip(iu, ju, strict=True))}
+    M = np.zeros((iu.size, iu.size))
+    for k, (i, j) in enumerate(zip(iu, ju, strict=True)):
+        a, b = sorted((perm[i], perm[j]))
+        M[index[(a, b)], k] = 1.0
+    return M
+
+
+def test_token_permutation_symmetry_of_prox_and_channel():
+    """Relabelling the tokens permutes logits and labels: the prox is equivariant, and the channel integrand
+    is invariant, so moments on the permuted QMC nodes equal those on the original nodes (T = 3)."""
+    T, perm = 3, (2, 0, 1)
+    M = _token_permutation(T, perm)
+    Pi = np.eye(T)[list(perm)].T  # Pi e_i = e_perm(i)
+    rng = np.random.default_rng(5)
+    z = 1.3 * rng.standard_normal((30, 6))
+    zeta = z + rng.standard_normal((30, 6))
+    assert np.allclose(_D((M @ zeta[0]), T), Pi @ _D(zeta[0], T) @ Pi.T)
+    y = _labels(zeta, T)
+    yp = _labels(zeta @ M.T, T)
+    assert np.allclose(yp, Pi[None] @ y @ Pi.T[None])
+    r = prox_softmax(z, y, 2.0, 1.0, T)
+    rp = prox_softmax(z @ M.T, yp, 2.0, 1.0, T)
+    assert np.allclose(rp.h, r.h @ M.T, atol=1e-9) and np.allclose(rp.loss, r.loss, atol=1e-12)
+    # the channel: permute the reduced coordinates of every node (teacher and student parts alike)
+    B = reduced_basis(T)
+    Mr = B.T @ M @ B  # orthogonal on e-perp
+    assert np.allclose(Mr @ Mr.T, np.eye(5), atol=1e-12)
+    ch = SoftmaxChannel(P3, qmc_log2=8, replicas=2)
+    chp = SoftmaxChannel(P3, qmc_log2=8, replicas=2)
+    n = ch.n
+    chp.panels = tuple(type(p)(np.hstack([p.x[:, :n] @ Mr.T, p.x[:, n:] @ Mr.T]), p.w) for p in ch.panels)
+    for sigma in (0.0, 0.7, 5.0):
+        a, b = ch.moments(1.0, 1.0, 0.8, sigma), chp.moments(1.0, 1.0, 0.8, sigma)
+        for k in ("q_hat", "m_hat", "sigma_hat", "loss_mean", "envelope"):
+            assert abs(getattr(a, k) - getattr(b, k)) < 1e-10 * abs(getattr(a, k)), (sigma, k)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 6.0])
+def test_warm_started_moments_equal_cold(sigma):
+    """Warm starts (previous minimisers as Newton starts) change the work, not the answer (T = 3)."""
+    ch = SoftmaxChannel(P3, qmc_log2=9, replicas=2)
+    warm: dict = {}
+    ch.moments(1.0, 1.0, 0.8, sigma * 1.1, warm=warm)
+    w = ch.moments(1.0, 1.02, 0.81, sigma, warm=warm)
+    c = ch.moments(1.0, 1.02, 0.81, sigma)
+    assert w.prox_iterations < c.prox_iterations
+    for k in ("q_hat", "m_hat", "sigma_hat", "loss_mean", "envelope"):
+        assert abs(getattr(w, k) - getattr(c, k)) < 1e-10 * abs(getattr(c, k)), k
+
+
+def test_qmc_channel_matches_brute_force_monte_carlo_t3():
+    """T = 3: the reduced QMC channel against plain Monte Carlo in the full K = 6 coordinates (prox_softmax
+    with its own starts, Stein forms for m_hat and sigma_hat), within the combined error bars."""
+    q, m, sigma, alpha = 1.1, 0.8, 1.5, 1.0
+    r = SoftmaxChannel(P3, qmc_log2=11, replicas=4).moments(alpha, q, m, sigma)
+    rng = np.random.default_rng(11)
+    N, K = 25_000, 6
+    qz = P3.q_zeta
+    zeta = math.sqrt(qz) * rng.standard_normal((N, K))
+    z = (m / qz) * zeta + math.sqrt(q - m * m / qz) * rng.standard_normal((N, K))
+    pr = prox_softmax(z, _labels(zeta, 3), sigma, 1.0, 3)
+    det = qz * q - m * m
+    samples = {
+        "q_hat": 2 * alpha * (pr.g**2).sum(1),
+        "m_hat": 2 * alpha * (pr.g * (q * zeta - m * z)).sum(1) / det,
+        "sigma_hat": -2 * alpha * (pr.g * (qz * z - m * zeta)).sum(1) / det,
+        "loss_mean": pr.loss,
+    }
+    for k, v in samples.items():
+        err = math.hypot(v.std() / math.sqrt(N), r.error_estimate[k])
+        assert abs(v.mean() - getattr(r, k)) < 4 * err, (k, v.mean(), getattr(r, k), err)
+
+
+@pytest.mark.slow
+def test_qmc_error_estimate_bounds_the_error_t3():
+    """The replica error estimate of a small QMC rule bounds its actual error against a 32x finer rule."""
+    small = SoftmaxChannel(P3, qmc_log2=9, replicas=4)
+    fine = SoftmaxChannel(P3, qmc_log2=13, replicas=8, seed=7)
+    for sigma in (0.3, 3.0):
+        a, b = small.moments(1.0, 1.0, 0.8, sigma), fine.moments(1.0, 1.0, 0.8, sigma)
+        for k in ("q_hat", "m_hat", "sigma_hat", "loss_mean"):
+            assert abs(getattr(a, k) - getattr(b, k)) < 4 * (a.error_estimate[k] + b.error_estimate[k]), (sigma, k)
+            assert b.error_estimate[k] < a.error_estimate[k]

@@ -150,3 +150,54 @@ def test_phase_structure_against_thresholds():
     ranks = [r.rank for r in se.learning_curve([0.1, 0.5, 2.0])]
     assert ranks == sorted(ranks) and ranks[-1] < 1
     assert np.all(np.diff(ranks) > 0)
+
+
+# ------------------------------------------------------------------------------------------------
+# T >= 3 (QMC rules): two-stage iteration with warm-started proxes, alpha -> 0 at T = 5
+# ------------------------------------------------------------------------------------------------
+def test_t3_two_stage_warm_solve_equals_plain_solve():
+    """The coarse-rule stage and the warm-started proxes only change the path: the fixed point is that of
+    the plain iteration of the same (accurate) rule, to the solver tolerance."""
+    prob = Problem.from_options(tokens=3)
+    small = {"qmc_log2": 8, "replicas": 2}
+    fast = StateEvolution(prob, tol=1e-9, channel_options=small, coarse_options={"qmc_log2": 6})
+    plain = StateEvolution(prob, tol=1e-9, channel_options=small, coarse_options=False, warm_start=False)
+    a, b = fast.solve(0.2), plain.solve(0.2)
+    assert a.converged and b.converged and a.residual <= 1e-9
+    for key in ("q", "m", "sigma", "test_error", "train_error"):
+        assert getattr(a, key) == pytest.approx(getattr(b, key), rel=1e-7), key
+    # the reported quadrature errors are those of the accurate rule, and they are not negligible here
+    assert 1e-5 < a.errors["channel_q_hat"] / a.q_hat < 0.05
+    assert fast.solve(0.2).q == a.q  # deterministic: warm states are reset per solve
+
+
+def test_t5_alpha_to_zero_is_uniform_attention():
+    """T = 5, lambda > 0, alpha -> 0: S_hat = 0 and the test error is that of uniform attention, which an
+    independent Monte Carlo in the full K = 15 logit coordinates reproduces within its error bars."""
+    from tiedattention.theory.channel import logit_design
+
+    se = StateEvolution(Problem.from_options(tokens=5))
+    r = se.solve(1e-6)
+    assert r.phase == "zero" and r.converged and r.q == 0 and r.rank == 0
+    uniform = se.channel_final.uniform_error()
+    assert r.test_error == pytest.approx(uniform, rel=1e-12)
+    rng = np.random.default_rng(3)
+    T, N = 5, 200_000
+    zeta = math.sqrt(se.q0 + 0.25) * rng.standard_normal((N, 15))
+    u = (zeta @ logit_design(T).T).reshape(N, T, T)
+    s = np.exp(u - u.max(axis=2, keepdims=True))
+    s /= s.sum(axis=2, keepdims=True)
+    v = ((s - 1 / T) ** 2).sum(axis=(1, 2))
+    err = math.hypot(v.std() / math.sqrt(N), r.errors["test_error"])
+    assert abs(v.mean() - uniform) < 4 * err
+    assert err < 2e-3 * uniform
+
+
+@pytest.mark.slow
+def test_t5_point_converges():
+    """T = 5 at alpha_bar = 1 (alpha = 1/14): the default solver converges (the benchmark times it)."""
+    se = StateEvolution(Problem.from_options(tokens=5))
+    r = se.solve(1 / 14)
+    assert r.converged and r.residual <= 1e-10 and r.phase == "regular"
+    assert 0.05 < r.test_error < se.channel_final.uniform_error()
+    assert r.errors["channel_q_hat"] / r.q_hat < 0.01

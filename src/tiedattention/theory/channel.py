@@ -152,6 +152,10 @@ def _reduced_grad_hess(s, w, R3, RR, beta, need_hess=True):
 
     Per row r (u = beta R c): dl/du_r = 2 J_r (s_r - y_r) = 2 w_r, d2l/du_r2 = 2 J_r J_r + 2 (diag w_r - w_r s_r^T
     - s_r w_r^T), with J_r = diag s_r - s_r s_r^T and w_r = s_r * (e_r - <e_r, s_r>), e_r = s_r - y_r.
+    Expanding J_r^2 = diag(s_r^2) - s_r^2 s_r^T - s_r (s_r^2)^T + |s_r|^2 s_r s_r^T, the Hessian is one GEMM of
+    the diagonal parts s^2 + w against RR plus rank-two row terms: with Rs_r = R_r^T s_r and
+    U_r = R_r^T (s_r^2 + w_r - |s_r|^2 s_r / 2),  H / (2 beta^2) = sum_r R_r^T diag(s_r^2 + w_r) R_r
+    - sum_r (U_r Rs_r^T + Rs_r U_r^T).
     """
     N, T, _ = s.shape
     n = R3.shape[2]
@@ -159,15 +163,17 @@ def _reduced_grad_hess(s, w, R3, RR, beta, need_hess=True):
     grad = (2.0 * beta) * (w.reshape(N, T * T) @ R2)
     if not need_hess:
         return grad, None, None
-    Rs = _rowmat(s, R3)  # (N,T,n): R_r^T s_r
-    Rw = _rowmat(w, R3)
-    JR = s[..., None] * (R3[None] - Rs[:, :, None, :])  # (N,T,T,n): J_r R_r
-    JRf = JR.reshape(N, T * T, n)
-    gn = np.matmul(JRf.transpose(0, 2, 1), JRf)
-    RdR = (w.reshape(N, T * T) @ RR).reshape(N, n, n)
-    cross = np.matmul(Rw.transpose(0, 2, 1), Rs)
-    H = (2.0 * beta**2) * (gn + RdR - cross - cross.transpose(0, 2, 1))
-    return grad, H, JR
+    ss = np.sum(s * s, axis=2, keepdims=True)
+    s2w = s * s + w
+    blocks = np.zeros((T * T, T * n))  # block-diagonal: row r of D maps through R_r
+    for r in range(T):
+        blocks[r * T : (r + 1) * T, r * n : (r + 1) * n] = R3[r]
+    both = np.concatenate([s.reshape(N, T * T), (s2w - 0.5 * ss * s).reshape(N, T * T)]) @ blocks
+    Rs = both[:N].reshape(N, T, n)
+    U = both[N:].reshape(N, T, n)
+    X = np.matmul(U.transpose(0, 2, 1), Rs)
+    H = (2.0 * beta**2) * ((s2w.reshape(N, T * T) @ RR).reshape(N, n, n) - X - X.transpose(0, 2, 1))
+    return grad, H, None
 
 
 class _GeneralKernel:
@@ -336,6 +342,27 @@ def _solve_sym(A: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return np.linalg.solve(A, rhs)
 
 
+def _pd_mask(A: np.ndarray) -> np.ndarray:
+    """(N,) boolean: which matrices of the batch (N,n,n) are positive definite (Cholesky succeeds).
+
+    numpy's batched Cholesky fails for the whole batch if one matrix is not PD; bisecting the failing
+    batches locates those few matrices at the cost of a few more Cholesky passes (instead of an
+    eigendecomposition of every matrix)."""
+    out = np.ones(A.shape[0], dtype=bool)
+    stack = [np.arange(A.shape[0])]
+    while stack:
+        idx = stack.pop()
+        try:
+            np.linalg.cholesky(A[idx])
+        except np.linalg.LinAlgError:
+            if idx.size == 1:
+                out[idx] = False
+            else:
+                half = idx.size // 2
+                stack += [idx[:half], idx[half:]]
+    return out
+
+
 def _modified_newton_step(A: np.ndarray, gf: np.ndarray, floor: np.ndarray) -> np.ndarray:
     """d = -|A|^-1 gf with eigenvalues of A replaced by max(|lam|, floor); plain solve where A is PD."""
     n = A.shape[-1]
@@ -350,12 +377,13 @@ def _modified_newton_step(A: np.ndarray, gf: np.ndarray, floor: np.ndarray) -> n
             return d
         bad = ~pd
     else:
-        try:
-            np.linalg.cholesky(A)
-            return -np.linalg.solve(A, gf[..., None])[..., 0]
-        except np.linalg.LinAlgError:
-            bad = np.ones(A.shape[0], dtype=bool)
-            d = np.empty_like(gf)
+        pd = _pd_mask(A)
+        d = np.empty_like(gf)
+        if pd.any():
+            d[pd] = -np.linalg.solve(A[pd], gf[pd][..., None])[..., 0]
+        if pd.all():
+            return d
+        bad = ~pd
     lam, V = _sym_eig(A[bad])
     lam_mod = np.maximum(np.abs(lam), floor[bad, None])
     d[bad] = -np.einsum("nij,nj->ni", V, np.einsum("nji,nj->ni", V, gf[bad]) / lam_mod)
@@ -388,19 +416,29 @@ def _scaled_residual(dc, gl, sig):
     return nrm(gf) * sig / (1.0 + nrm(dc) + sig * nrm(gl)), gf
 
 
-def _newton_reduced(kern, b, lab, sig, c0, tol, max_iter):
+def _newton_reduced(kern, b, lab, sig, c0, tol, max_iter, keep_derivs=False):
     """Minimise f(c) = |c-b|^2/(2 sigma) + l(c) from c0 by modified Newton + Armijo backtracking.
 
     Modified Newton: the eigenvalues lam of the prox Hessian A = I/sigma + H are replaced by
     max(|lam|, 1e-8/sigma) (absolute-value / saddle-free modification), so the step is a descent
     direction even where f is nonconvex; Armijo backtracking guarantees decrease. Points whose residual
-    is <= tol are frozen (removed from the active set). Returns c and the number of iterations.
+    is <= tol are frozen (removed from the active set). Returns c, the number of iterations and, when
+    ``keep_derivs``, the loss, gradient, Hessian and residual at the returned c (from the pass that froze
+    each point; None otherwise).
     """
     N, n = b.shape
     c = c0.copy()
     active = np.arange(N)
     it_done = 0
     eye = np.eye(n)[None]
+    out = None
+    if keep_derivs:
+        out = (np.empty(N), np.empty((N, n)), np.empty((N, n, n)), np.empty(N))
+
+    def store(where, sel, loss, gl, Hl, res):
+        if out is not None:
+            for arr, v in zip(out, (loss, gl, Hl, res), strict=True):
+                arr[where] = v[sel]
 
     def fval(cc, bb, ll, ss):
         dc = cc - bb
@@ -415,9 +453,12 @@ def _newton_reduced(kern, b, lab, sig, c0, tol, max_iter):
         res, gf = _scaled_residual(dc, gl, ss)
         keep = res > tol
         if it == max_iter or not keep.any():
+            store(active, slice(None), loss, gl, Hl, res)
             break
         it_done = it + 1
+        store(active[~keep], ~keep, loss, gl, Hl, res)
         idx = active[keep]
+        loss_k, gl_k, Hl_k, res_k = loss[keep], gl[keep], Hl[keep], res[keep]
         cc, bb, ll, ss, gf, Hl = cc[keep], bb[keep], ll[keep], ss[keep], gf[keep], Hl[keep]
         dk = dc[keep]
         f0 = _rowdot(dk, dk) / (2.0 * ss) + loss[keep]
@@ -438,9 +479,10 @@ def _newton_reduced(kern, b, lab, sig, c0, tol, max_iter):
             t[p[~ok]] *= 0.5
         stuck = pending  # no acceptable step: stay (the final residual flags it)
         cnew[stuck] = cc[stuck]
+        store(idx[stuck], stuck, loss_k, gl_k, Hl_k, res_k)
         c[idx] = cnew
         active = idx[~stuck]
-    return c, it_done
+    return c, it_done, out
 
 
 def _prox_reduced(kern, b, lab, sig, starts, tol, max_iter) -> _ReducedProx:
@@ -448,11 +490,14 @@ def _prox_reduced(kern, b, lab, sig, starts, tol, max_iter) -> _ReducedProx:
     best = None
     total_it = 0
     for k, c0 in enumerate(starts):
-        c, it = _newton_reduced(kern, b, lab, sig, c0, tol, max_iter)
+        c, it, der = _newton_reduced(kern, b, lab, sig, c0, tol, max_iter, keep_derivs=kern.n > 2)
         total_it = max(total_it, it)
-        loss, gl, Hl = kern.derivs(c, lab)
         dc = c - b
-        res, _ = _scaled_residual(dc, gl, sig)
+        if der is not None:  # T >= 3: the derivatives at the returned points, from the Newton passes
+            loss, gl, Hl, res = der
+        else:
+            loss, gl, Hl = kern.derivs(c, lab)
+            res, _ = _scaled_residual(dc, gl, sig)
         f = _rowdot(dc, dc) / (2.0 * sig) + loss
         r = _ReducedProx(c, f, loss, gl, Hl, res, it, np.full(c.shape[0], k))
         if best is None:
@@ -853,10 +898,20 @@ class SoftmaxChannel:
         return float(np.sum(w * v))  # pairwise summation: deterministic
 
     # ---------------------------------------------------------------------------------------------
-    def moments(self, alpha: float, q: float, m: float, sigma: float) -> ChannelMoments:
+    def moments(self, alpha: float, q: float, m: float, sigma: float, warm: dict | None = None) -> ChannelMoments:
         """Conjugate order parameters and prox observables at (q, m, sigma). See :class:`ChannelMoments`.
 
         ``sigma = 0`` is the exact limit (h* = z, g = -grad l(z), dg/dz = -H(z)); q = m = 0 (z = 0) is allowed.
+
+        ``warm``: an optional dict owned by the caller (start with ``{}``). Each Newton start (from z, and
+        from the interpolating point where convexity is not certified) then begins at the minimiser that
+        the same start reached, node by node, in the previous call with the same dict, which cuts the
+        Newton iterations when successive calls are close (state-evolution iterations), and the second
+        start is run again only at the nodes where the two starts ended at distinct minimisers in the
+        previous call (where they agreed, the branch of start 0 is followed). The lower prox objective
+        is still kept; the result equals the cold one to the Newton tolerance except where a new basin
+        appears or a start would jump between basins (the SE checks the final point with a cold call).
+        The dict is updated in place; a call with ``warm=None`` is cold and deterministic.
         """
         p = self.params
         alpha, sigma = float(alpha), float(sigma)
@@ -871,7 +926,7 @@ class SoftmaxChannel:
         kern = self._kern
         det = qz * q - m * m
         per_panel, max_res, max_it = [], 0.0, 0
-        for panel in self._panels_for(s_cond):
+        for ip, panel in enumerate(self._panels_for(s_cond)):
             N = panel.x.shape[0]
             a, b = self._teacher_student(panel, qz, m, s_cond)
             y0 = _softmax_rows((p.beta0 * (a @ R2.T)).reshape(N, T, T))
@@ -889,17 +944,34 @@ class SoftmaxChannel:
                 # convexity certificate: where sigma * (bound on -lambda_min(H)) < 1 the prox objective is
                 # strictly convex and the start z suffices; elsewhere also start at the interpolating point
                 nonconvex = sigma * kern.negative_curvature_bound(lab) >= 1.0
-                r = _prox_reduced(kern, b, lab, sig, [b], self.tol, self.max_iter)
+                prev = warm.get((ip, N)) if warm is not None else None
+                start0 = prev[0] if prev is not None else b
+                r = _prox_reduced(kern, b, lab, sig, [start0], self.tol, self.max_iter)
+                c1_all = np.full_like(b, np.nan) if warm is not None else None
+                if warm is not None:
+                    c0_all = r.c.copy()  # branch of start 0, before the comparison below
+                if prev is not None:
+                    # the second start again only where the two branches were distinct last time
+                    same = np.max(np.abs(prev[1] - prev[0]), axis=1) <= 1e-7 * (1.0 + np.max(np.abs(prev[0]), axis=1))
+                    c1_all[same] = r.c[same]
+                    nonconvex &= ~same
                 sub = np.flatnonzero(nonconvex)
                 if sub.size:  # second start (the interpolating point) only where convexity is not certified
                     c_int = (p.beta0 / p.beta) * a[sub]
+                    if prev is not None:
+                        known = np.isfinite(prev[1][sub, 0])
+                        c_int[known] = prev[1][sub[known]]
                     r2 = _prox_reduced(kern, b[sub], lab[sub], sig[sub], [c_int], self.tol, self.max_iter)
+                    if warm is not None:
+                        c1_all[sub] = r2.c
                     better = r2.f < r.f[sub] - 1e-14 * (1.0 + np.abs(r.f[sub]))
                     idx = sub[better]
                     for name in ("c", "f", "loss", "grad", "hess", "residual"):
                         getattr(r, name)[idx] = getattr(r2, name)[better]
                     r.start_index[idx] = 1
                     r.iterations = max(r.iterations, r2.iterations)
+                if warm is not None:
+                    warm[(ip, N)] = (c0_all, c1_all)
             if not np.all(np.isfinite(r.c)) or not np.all(np.isfinite(r.hess)):
                 raise FloatingPointError("SoftmaxChannel.moments: non-finite prox")
             max_res = max(max_res, float(np.max(r.residual)))

@@ -101,7 +101,17 @@ class StateEvolution:
         the conjugates (the map's own noise floor; see docs/theory/state_evolution.md) and below
         ``max_floor``.
     channel_options : dict
-        passed to :class:`SoftmaxChannel` (quadrature order, QMC points).
+        passed to :class:`SoftmaxChannel` (quadrature order, QMC points ``qmc_log2`` and ``replicas``: the
+        accuracy knob; the reported ``errors`` are the quadrature error estimates of this rule).
+    coarse_options, coarse_tol : dict or None, float
+        QMC rules only (T >= 3 or output noise): the iteration first runs with a cheaper rule
+        (default 2 replicas of 2^(qmc_log2 - 3) points, ``coarse_options`` overrides) until its residual
+        is below ``coarse_tol``, then continues with the accurate rule from there; ``coarse_options=False``
+        disables the coarse stage. Gauss-Hermite rules (T = 2) iterate with one rule, unchanged.
+    warm_start : bool
+        QMC rules only: every channel evaluation starts each node's Newton prox at the minimiser of the
+        previous evaluation of the same solve (``SoftmaxChannel.moments(warm=...)``); a solve is still
+        deterministic (the warm states are reset at the start of each solve).
     """
 
     def __init__(
@@ -117,6 +127,9 @@ class StateEvolution:
         floor_factor: float = 10.0,
         max_floor: float = 1e-3,
         channel_options: dict | None = None,
+        coarse_options: dict | bool | None = None,
+        coarse_tol: float = 1e-3,
+        warm_start: bool = True,
     ):
         self.problem = problem
         self.measure = problem.task.target.measure(d)
@@ -147,15 +160,33 @@ class StateEvolution:
         # per dimension at low temperature (beta = beta0 = 2 at order 12 lands ~20 % off, measured).
         sharp = max(1.0, problem.student.beta, task.beta0)
         options = {"order": int(math.ceil(12 * sharp)), **(channel_options or {})}
+        # QMC (T >= 3): 4 scrambled replicas of 2^12 Sobol' points, 2^11 from T = 5 on (cost ~ T^3 per node;
+        # relative error of the conjugates ~4e-3 at T = 5, reported in ``errors``; raise qmc_log2 for more)
+        if task.tokens >= 5 and "qmc_log2" not in options:
+            options["qmc_log2"] = 11
         # iterations do not need quadrature error estimates; the final evaluation (same rule) does
         self.channel = SoftmaxChannel(params, **{**options, "estimate_error": False})
         self.channel_final = SoftmaxChannel(params, **{**options, "estimate_error": True})
+        self._qmc = self.channel.rule == "qmc"
+        self.coarse_tol = float(coarse_tol)
+        self.warm_start = bool(warm_start) and self._qmc
+        self.channel_coarse = None
+        if self._qmc and coarse_options is not False:
+            fine = self.channel
+            coarse = {"qmc_log2": max(6, fine.qmc_log2 - 3), "replicas": 2, **(coarse_options or {})}
+            self.channel_coarse = SoftmaxChannel(params, **{**options, **coarse, "estimate_error": False})
+        self._stage: tuple[SoftmaxChannel, dict | None] = (self.channel, None)
+        self._warm_fine: dict | None = None
         self._inter_abar: float | None = None
 
     # -------------------------------------------------------------------------------------------
     def _map(self, alpha: float, x: np.ndarray, final: bool = False):
         q, m, sigma = x
-        ch = (self.channel_final if final else self.channel).moments(alpha, q, m, sigma)
+        if final:  # cold: the documented map, also after warm-started iterations
+            ch = self.channel_final.moments(alpha, q, m, sigma)
+        else:
+            channel, warm = self._stage
+            ch = channel.moments(alpha, q, m, sigma, warm=warm)
         ms = matrix_update(self.problem, self.measure, ch.q_hat, ch.m_hat, ch.sigma_hat)
         return np.array([ms.q, ms.m, ms.sigma]), ch, ms
 
@@ -225,6 +256,8 @@ class StateEvolution:
         return self._observables(alpha, x, ch, ms, True, 1, 0.0, "", phase="zero")
 
     def _solve_regular(self, alpha: float, init) -> SEResult:
+        self._warm_fine = {} if self.warm_start else None
+        self._stage = (self.channel, self._warm_fine)
         zero = self._zero_phase(alpha)
         if zero is not None:
             return zero
@@ -232,6 +265,58 @@ class StateEvolution:
             init = init.x if init.phase == "regular" and init.converged else None
         x0 = np.asarray(init, float) if init is not None else self.initial_guess()
         y = self._to_y(x0)
+        it0 = 0
+        if self.channel_coarse is not None:
+            # cheap QMC rule first: its fixed point is within its quadrature error of the accurate one
+            self._stage = (self.channel_coarse, {} if self.warm_start else None)
+            st = self._iterate(alpha, y, self.coarse_tol)
+            self._stage = (self.channel, self._warm_fine)
+            it0 = st["it"]
+            prior = None
+            if st["last_good"] is not None:
+                y = st["y"] if st["converged"] else st["best_y"]
+                # the coarse map's secant pairs approximate the accurate map's Jacobian: seed Anderson
+                prior = st["pairs"]
+            st = self._iterate(alpha, y, self.tol, prior=prior)
+        else:
+            st = self._iterate(alpha, y, self.tol)
+        it, converged, message, resid = st["it"] + it0, st["converged"], st["message"], st["resid"]
+        y = st["y"]
+        if st["last_good"] is None and not converged:
+            return self._failed(alpha, it, resid, message or "map could not be evaluated")
+        if not converged:
+            y, resid = st["best_y"], st["best_resid"]
+        x = self._to_x(y)
+        # observables at the final point, with the quadrature error estimates
+        fx, ch, ms = self._map(alpha, x, final=True)
+        if self.warm_start and np.all(np.isfinite(fx)) and fx[0] > 0 and fx[2] > 0:
+            # the iterations used warm-started proxes; report the residual of the cold map at the result
+            cold = float(np.max(np.abs(self._to_y(fx) - y)))
+            if cold > resid:
+                resid = cold
+                if converged and cold > self.tol:
+                    converged = False
+                    message = f"cold map residual {cold:.1e} > tol at the warm-started fixed point"
+        if not converged:
+            # With a nonconvex prox (large Sigma) the global minimiser switches branch across a surface;
+            # a fixed quadrature rule then makes the map jump by about its own error, and no solver can
+            # go below that floor. Accept the point when the residual is within the quadrature error.
+            floor = max(
+                ch.error_estimate.get(k, 0.0) / max(abs(getattr(ch, k)), 1e-300)
+                for k in ("q_hat", "m_hat", "sigma_hat")
+            )
+            if np.isfinite(floor) and resid <= min(self.floor_factor * floor, self.max_floor):
+                converged = True
+                message = f"converged to the quadrature accuracy (residual {resid:.1e}, quadrature error {floor:.1e})"
+        return self._observables(alpha, x, ch, ms, converged, it, resid, message)
+
+    def _iterate(self, alpha: float, y: np.ndarray, tol: float, prior=None) -> dict[str, Any]:
+        """Damped Anderson iteration of the map (current stage's channel) from y until residual <= tol.
+
+        ``prior``: secant pairs (dY, dF) of a previous stage (columns), used by Anderson mixing alongside
+        the new ones until the history is reset; the result's ``pairs`` are the last ones of this stage.
+        """
+        prior_dy, prior_df = prior if prior is not None else (np.zeros((3, 0)), np.zeros((3, 0)))
         hist_y: list[np.ndarray] = []
         hist_f: list[np.ndarray] = []
         message = ""
@@ -262,8 +347,9 @@ class StateEvolution:
             if not np.isfinite(resid):
                 message = "non-finite residual"
                 break
-            if resid <= self.tol:
+            if resid <= tol:
                 converged = True
+                last_good = (y.copy(), f.copy())
                 y = gy
                 message = ""
                 break
@@ -271,6 +357,7 @@ class StateEvolution:
             if resid > 10 * best_resid:  # acceleration went astray: restart the history
                 hist_y.clear()
                 hist_f.clear()
+                prior_dy, prior_df = np.zeros((3, 0)), np.zeros((3, 0))
             if resid < best_resid:
                 best_resid, best_y, it_best = resid, y.copy(), it
             elif it - it_best >= self.stall:
@@ -282,9 +369,13 @@ class StateEvolution:
                 hist_y.pop(0)
                 hist_f.pop(0)
             y_new = y + eta * f
-            if len(hist_y) >= 2:
-                dY = np.diff(np.array(hist_y), axis=0).T
-                dF = np.diff(np.array(hist_f), axis=0).T
+            if len(hist_y) >= 2 or prior_dy.shape[1]:
+                dY = np.diff(np.array(hist_y), axis=0).T.reshape(3, -1)
+                dF = np.diff(np.array(hist_f), axis=0).T.reshape(3, -1)
+                keep_prior = max(0, self.anderson - dY.shape[1])
+                if keep_prior:
+                    dY = np.hstack([prior_dy[:, -keep_prior:], dY])
+                    dF = np.hstack([prior_df[:, -keep_prior:], dF])
                 gamma, *_ = np.linalg.lstsq(dF, f, rcond=None)
                 y_new = y_new - (dY + eta * dF) @ gamma
             step = float(np.max(np.abs(y_new - y)))
@@ -293,25 +384,11 @@ class StateEvolution:
             y = y_new
         else:
             message = f"no convergence in {self.max_iter} iterations"
-        if last_good is None and not converged:
-            return self._failed(alpha, it, resid, message or "map could not be evaluated")
-        if not converged:
-            y, resid = best_y, best_resid
-        x = self._to_x(y)
-        # observables at the final point, with the quadrature error estimates
-        fx, ch, ms = self._map(alpha, x, final=True)
-        if not converged:
-            # With a nonconvex prox (large Sigma) the global minimiser switches branch across a surface;
-            # a fixed quadrature rule then makes the map jump by about its own error, and no solver can
-            # go below that floor. Accept the point when the residual is within the quadrature error.
-            floor = max(
-                ch.error_estimate.get(k, 0.0) / max(abs(getattr(ch, k)), 1e-300)
-                for k in ("q_hat", "m_hat", "sigma_hat")
-            )
-            if np.isfinite(floor) and resid <= min(self.floor_factor * floor, self.max_floor):
-                converged = True
-                message = f"converged to the quadrature accuracy (residual {resid:.1e}, quadrature error {floor:.1e})"
-        return self._observables(alpha, x, ch, ms, converged, it, resid, message)
+        pairs = (np.diff(np.array(hist_y), axis=0).T.reshape(3, -1), np.diff(np.array(hist_f), axis=0).T.reshape(3, -1))
+        if len(hist_y) < 2:
+            pairs = (np.zeros((3, 0)), np.zeros((3, 0)))
+        return {"y": y, "converged": converged, "it": it, "resid": resid, "best_y": best_y,
+                "best_resid": best_resid, "last_good": last_good, "message": message, "pairs": pairs}
 
     def _observables(self, alpha, x, ch, ms, converged, it, resid, message, phase="regular") -> SEResult:
         q, m, sigma = x
