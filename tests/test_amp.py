@@ -154,10 +154,59 @@ def test_bad_input():
     data = _data(pb, 0.5, 10, 0)
     with pytest.raises(ParameterError, match="damping"):
         gamp(pb, data.X, data.y, damping=0.0)
+    with pytest.raises(ParameterError, match="damp"):
+        gamp(pb, data.X, data.y, damp="momentum")
+    with pytest.raises(ParameterError, match="input_weight"):
+        gamp(pb, data.X, data.y, input_weight=0.5)
+    with pytest.raises(ParameterError, match="noise_correlation"):
+        se_trajectory(pb, 0.5, (0.0, 0.0, 1.0), 2, damping=0.5, damp="effective", noise_correlation=[1.0, 2.0])
     with pytest.raises(ParameterError, match="task"):
         gamp(Problem.from_options(**REF, task="seq2seq"), data.X, data.y)
     with pytest.raises(ParameterError, match="tokens"):
         gamp(Problem.from_options(**{**REF, "tokens": 3}), data.X, data.y)
+
+
+def test_effective_damping_reaches_the_same_minimiser():
+    """Damping the Onsager-corrected observation Y (with g and sigma_hat mixed alike) leaves the fixed point, the
+    ERM's stationary point, unchanged; the measured noise correlation of successive messages tends to 1."""
+    pb = Problem.from_options(**REF)
+    data = _data(pb, 0.5, 32, 0)
+    a = gamp(pb, data.X, data.y, data.S0)
+    b = gamp(pb, data.X, data.y, data.S0, damp="effective")
+    assert a.converged and b.converged and b.kkt < 1e-8
+    assert b.objective == pytest.approx(a.objective, rel=1e-9)
+    rho = np.array([h.noise_correlation for h in b.history[:-1]])
+    assert math.isnan(rho[0]) and np.all(np.abs(rho[1:]) <= 1 + 1e-12)
+    assert rho[-1] == pytest.approx(1.0, abs=1e-6) and rho[1] < 0.9  # far from 1 in the transient
+
+
+def test_damped_se_first_steps():
+    """The damped SE's first steps in closed form against the plain SE map (same quadrature)."""
+    pb = Problem.from_options(**REF)
+    eta, x0 = 0.4, (0.0, 0.0, 1.0)
+    plain = se_trajectory(pb, 0.5, x0, 1)
+    it = se_trajectory(pb, 0.5, x0, 2, damping=eta)
+    # S_1 = eta S_new + (1 - eta) 0: q scales with eta^2, m with eta, V_1 = eta V_new + (1 - eta) V_0
+    np.testing.assert_allclose(it[1], [eta**2 * plain[1, 0], eta * plain[1, 1], eta * plain[1, 2] + 1 - eta],
+                               rtol=1e-12)
+    eff = [se_trajectory(pb, 0.5, x0, 2, damping=eta, damp="effective", noise_correlation=r) for r in (1.0, 0.0)]
+    np.testing.assert_allclose(eff[0][1], plain[1], rtol=1e-12)  # the first step is undamped, S is not damped
+    # at step 2 the mixed noise variance is larger for fully correlated noises: more noise, larger q; the signal
+    # conjugate m_hat is mixed linearly in both
+    assert eff[0][2, 0] > 1.05 * eff[1][2, 0]
+    np.testing.assert_allclose(se_trajectory(pb, 0.5, x0, 1, damping=1.0, damp="effective"), plain, rtol=1e-12)
+
+
+def test_narrow_student_converges():
+    """kappa = 0.5 (rank cut): converges with the default input weight 1.5 to a stationary point of the
+    rank-constrained ERM, the one the prox trainer finds (d = 24, alpha = 0.5)."""
+    pb = Problem.from_options(**REF, kappa=0.5)
+    data = _data(pb, 0.5, 24, 1)
+    res = gamp(pb, data.X, data.y, data.S0)
+    assert res.converged and res.kkt < 1e-9 and res.input_weight >= 1.5, res.message
+    assert np.linalg.matrix_rank(res.S_hat, tol=1e-9 * np.abs(res.S_hat).max()) <= pb.student.width(24)
+    ref = train(pb, data, solver="prox")
+    assert abs(res.objective - ref.objective) / ref.objective < 1e-6
 
 
 def test_simulate_cli_with_gamp():
@@ -230,17 +279,61 @@ def test_gamp_tracks_the_state_evolution_alpha_01_first_iterations():
     assert rel.max() < 0.05, rel
 
 
+def _damped(pb, alpha, d, seeds, iterations, eta=0.5):
+    """Seed means of GAMP's (q, m, V) with damping eta on the effective observation, and of its measured
+    noise correlation rho_t; and the standard errors of the trajectory."""
+    trs, rhos = [], []
+    for seed in range(seeds):
+        data = _data(pb, alpha, d, seed)
+        res = _quiet_gamp(pb, data.X, data.y, data.S0, damping=eta, damp="effective", patience=0, tol=0.0,
+                          max_iter=iterations)
+        trs.append(res.trajectory()[: iterations + 1])
+        rhos.append([h.noise_correlation for h in res.history[:iterations]])
+    trs = np.array(trs)
+    return trs.mean(axis=0), trs.std(axis=0, ddof=1) / math.sqrt(seeds), np.nan_to_num(np.mean(rhos, axis=0), nan=1.0)
+
+
+def _max_rel(tr, se):
+    return (np.abs(tr[1:] - se[1:]) / se[1:]).max(axis=0)
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="undamped GAMP at alpha = 0.1, d = 100 leaves the SE trajectory from t ~ 2 "
-                   "(t = 4: q 3.34 vs SE 2.33) and does not settle (q ~ 0.76 +- 0.01 vs SE 0.637 at t = 25); "
-                   "the damped fixed point (the ERM) does approach the SE as d grows, see the next test")
-def test_gamp_tracks_the_state_evolution_alpha_01_all_iterations():
+def test_damped_gamp_tracks_the_damped_state_evolution_alpha_05():
+    """GAMP with damping 0.5 on the effective observation against the SE iterated with the same damping
+    (d = 100, 4 seeds, 40 iterations). The damped SE needs the correlation rho_t of successive output messages
+    (a two-time quantity): with GAMP's measured rho_t it tracks to q 0.6 %, m 1.1 %, Sigma 2.0 % (as close as
+    undamped GAMP tracks the undamped SE); the rho = 1 closure (a prediction) to q 5.7 %, m 2.1 %, Sigma 3.0 %
+    in the transient, and both reach the SE fixed point."""
     pb = Problem.from_options(**REF)
-    its = 25
-    se = se_trajectory(pb, 0.1, (0.0, 0.0, 1.0), its)
-    tr = _undamped(pb, 0.1, 100, 4, its).mean(axis=0)
-    rel = np.abs(tr[1:] - se[1:]) / se[1:]
-    assert rel.max() < 0.05, rel.max(axis=0)
+    its = 40
+    tr, _sem, rho = _damped(pb, 0.5, 100, 4, its)
+    assert 0.5 < rho[1] < 0.8 and rho[-1] > 0.9999  # measured 0.64 and 1 - 1e-6
+    rel = _max_rel(tr, se_trajectory(pb, 0.5, (0.0, 0.0, 1.0), its, damping=0.5, damp="effective",
+                                     noise_correlation=rho))
+    assert rel[0] < 0.015 and rel[1] < 0.015 and rel[2] < 0.03, rel
+    closed = se_trajectory(pb, 0.5, (0.0, 0.0, 1.0), its, damping=0.5, damp="effective")
+    rel1 = _max_rel(tr, closed)
+    assert rel1[0] < 0.08 and rel1[1] < 0.03 and rel1[2] < 0.04, rel1
+    fp = StateEvolution(pb).solve(0.5)
+    np.testing.assert_allclose(closed[-1], fp.x, rtol=1e-3)
+    assert (np.abs(tr[-1] - fp.x) / fp.x).max() < 0.02
+
+
+@pytest.mark.slow
+def test_damped_gamp_tracks_the_damped_state_evolution_alpha_01():
+    """alpha = 0.1, where the undamped SE has a large transient: damped GAMP (0.5, effective observation) against
+    the damped SE with GAMP's measured rho_t, 4 seeds at d = 100 and d = 200. The deviation is a finite-size
+    effect: it halves when d doubles (measured max over 40 iterations, q / m / Sigma: d = 50 25.6 / 9.3 / 12.5 %,
+    d = 100 12.5 / 3.9 / 6.6 %, d = 200 6.8 / 1.8 / 3.8 %; at the first, undamped step O(1/(alpha d)) as well)."""
+    pb = Problem.from_options(**REF)
+    its = 40
+    rel = {}
+    for d in (100, 200):
+        tr, _sem, rho = _damped(pb, 0.1, d, 4, its)
+        se = se_trajectory(pb, 0.1, (0.0, 0.0, 1.0), its, damping=0.5, damp="effective", noise_correlation=rho)
+        rel[d] = _max_rel(tr, se)
+    assert np.all(rel[100] < [0.16, 0.05, 0.09]), rel
+    assert np.all(rel[200] < 0.65 * rel[100]), rel  # ~1/d: measured ratios 0.54, 0.45, 0.57
 
 
 @pytest.mark.slow
@@ -256,25 +349,44 @@ def test_erm_fixed_point_approaches_the_se_with_d_alpha_01():
     assert rel.max() < 0.03, rel
 
 
-FIG1_ALPHAS = [0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 1.0, 2.0, 4.0]  # reproduce/fig1.py, "full" simulation grid
+def _fig1_grid():
+    """(kappa0, alpha) of every simulated point of figure 1 (reproduce/fig1.py, quick and full modes)."""
+    from tiedattention.reproduce import fig1
+
+    pts = set()
+    for mode in fig1.PARAMS.values():
+        pts |= {(fig1.MAIN, float(a)) for a in mode["sim_alphas"]}
+        pts |= {(k0, float(a)) for k0 in fig1.KAPPA0S if k0 != fig1.MAIN for a in mode["rank_alphas"]}
+    return sorted(pts)
 
 
 @pytest.mark.slow
 def test_gamp_converges_on_the_fig1_grid():
-    pb = Problem.from_options(**REF)
-    for alpha in FIG1_ALPHAS:
+    """Default initialisation and damping, d = 100, seed 0, every (kappa0, alpha) that figure 1 simulates."""
+    failed = []
+    for k0, alpha in _fig1_grid():
+        pb = Problem.from_options(target=f"mp:{k0:g}", noise=0.5, lam=0.01, tokens=2)
         data = _data(pb, alpha, 100, 0)
-        res = gamp(pb, data.X, data.y, data.S0)
-        assert res.converged and res.kkt < 1e-7, (alpha, res.message, res.kkt)
+        res = _quiet_gamp(pb, data.X, data.y, data.S0)
+        if not (res.converged and res.kkt < 1e-7):
+            failed.append((k0, alpha, res.message, res.kkt))
+    assert not failed, failed
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="narrow student kappa = 0.5 (rank cut): GAMP drifts without converging "
-                   "(d = 40, alpha = 0.5, 600 iterations at damping 0.3: residual 1.3e-4, objective 0.8% above "
-                   "the prox minimiser); the hard cut makes the divergence jump when eigenvalues cross it")
-def test_gamp_narrow_student_converges():
+@pytest.mark.parametrize("alpha", [0.1, 0.5])
+def test_gamp_narrow_student_at_d100(alpha):
+    """kappa = 0.5 (rank cut) at d = 100, 2 seeds: GAMP converges (input weight 1.5) to a stationary point of
+    the rank-constrained ERM with the prox trainer's objective and test error. (The problem is not convex: at
+    d = 40, alpha = 0.5, seed 0 GAMP stops at another stationary point, objective 4.7e-4 above the prox one,
+    test error 0.13595 vs 0.13616.)"""
     pb = Problem.from_options(**REF, kappa=0.5)
-    data = _data(pb, 0.5, 40, 0)
-    res = _quiet_gamp(pb, data.X, data.y, data.S0, max_iter=600)
-    ref = train(pb, data, solver="prox")
-    assert res.converged and abs(res.objective - ref.objective) / ref.objective < 1e-6
+    for seed in range(2):
+        data = _data(pb, alpha, 100, seed)
+        res = gamp(pb, data.X, data.y, data.S0)
+        assert res.converged and res.kkt < 1e-9, res.message
+        ref = train(pb, data, solver="prox")
+        assert abs(res.objective - ref.objective) / ref.objective < 1e-6
+        te_g = measure_errors(pb, res.S_hat, data.S0, seed, 4000)["test_error"]
+        te_p = measure_errors(pb, ref.S_hat, data.S0, seed, 4000)["test_error"]
+        assert abs(te_g - te_p) / te_p < 1e-2

@@ -200,7 +200,10 @@ def _objective(problem: Problem, op: MeasurementOperator, y: np.ndarray, S: np.n
 class GAMPIterate:
     """Order parameters of iterate t (the SE's x_t): q = (1/d)Tr S_t^2, m = (1/d)Tr S_t S0 (NaN without S0),
     sigma = V_t; and what the output step made of them: q_hat, sigma_hat (the SE's conjugates, measured on
-    the data), residual = (1/d)||S_{t+1} - S_t||^2 / q_{t+1}."""
+    the data), residual = (1/d)||S_{t+1} - S_t||^2 / q_{t+1};
+    noise_correlation = <g_new, g_bar_old>/(|g_new| |g_bar_old|), the correlation of the new output message
+    with the damped old one (NaN at t = 0): the two-time quantity that the single-time damped SE does not
+    carry (:func:`se_trajectory`)."""
 
     t: int
     q: float
@@ -209,6 +212,7 @@ class GAMPIterate:
     q_hat: float
     sigma_hat: float
     residual: float
+    noise_correlation: float = float("nan")
 
 
 @dataclass
@@ -289,14 +293,19 @@ def gamp(
     callback: Callable[[int, np.ndarray, GAMPIterate], None] | None = None,
     input_weight: float | None = None,
     max_input_weight: float = 8.0,
+    damp: str = "iterates",
 ) -> GAMPResult:
     """Run GAMP for the ERM of ``problem`` on tokens X (n, T, d) and labels y (n, T, T) (seq2lab).
 
     Parameters
     ----------
     S0 : the target, only used to report m = (1/d) Tr S_t S0 in the history (NaN without it).
-    damping : eta in (0, 1]: g, sigma_hat, S and V are replaced by eta * new + (1 - eta) * old (1: no damping;
-        the fixed points do not depend on it).
+    damping : eta in (0, 1] (1: no damping; the fixed points do not depend on it).
+    damp : what is damped. "iterates": g, sigma_hat, S and V are replaced by eta * new + (1 - eta) * old.
+        "effective": the Onsager-corrected effective observation Y = c sigma_hat S + (2/d) A^T g, with g and
+        sigma_hat mixed with the same weights (the next Onsager term is V g_bar, the derivative of S_{t+1} with
+        respect to every past g); S = f(Y_bar)/sigma_bar and V are not damped. Its state evolution is the SE
+        with damped conjugates (:func:`se_trajectory` with ``damp="effective"``).
     patience, min_damping : adaptive damping: when the residual has not reached a new minimum for ``patience``
         iterations, eta is halved (not below ``min_damping``); with a rank cut the input weight is raised
         first (x 1.5, up to ``max_input_weight``). ``patience=0`` keeps eta and the input weight fixed.
@@ -343,6 +352,10 @@ def gamp(
     if not 1.0 <= input_weight <= max_input_weight:
         raise ParameterError("input_weight", f"must be in [1, {max_input_weight:g}] (got {input_weight!r})")
     c_in = float(input_weight)
+    if damp not in ("iterates", "effective"):
+        raise ParameterError("damp", f"must be 'iterates' or 'effective' (got {damp!r})")
+    effective = damp == "effective"
+    s_in = Ybar = None
     w = op.row_weights() if row_variances else None
     best, it_best = float("inf"), 0
     damping_changes: list[tuple[int, str]] = []
@@ -361,28 +374,49 @@ def gamp(
         omega = op.forward(S) - (V * g if w is None else (V * w)[:, None] * g)
         g_new, tr = _output_step(omega, y, V, beta, T, w)
         s_hat_new = 2.0 * tr / d**2
-        if s_hat_prev is None:
-            g, s_hat = g_new, s_hat_new
-        else:
-            g = eta * g_new + (1 - eta) * g
-            s_hat = eta * s_hat_new + (1 - eta) * s_hat_prev
+        if not (np.isfinite(s_hat_new) and s_hat_new > 0 and np.all(np.isfinite(g_new))):
+            message = f"output step left the admissible region at iteration {it} (sigma_hat={s_hat_new:g})"
+            break
         q_hat = 2.0 * float((g_new * g_new).sum()) / d**2
-        if not (np.isfinite(s_hat) and s_hat > 0 and np.all(np.isfinite(g))):
-            message = f"output step left the admissible region at iteration {it} (sigma_hat={s_hat:g})"
-            break
-        s_hat_prev = s_hat
-        # input step
-        S_new, V_new = _input_step(op, S, g, s_hat * c_in, lam, direct, rank)
-        if not (np.all(np.isfinite(S_new)) and np.isfinite(V_new)):
-            message = f"non-finite iterate at iteration {it}"
-            break
-        S_next = eta * S_new + (1 - eta) * S
+        rho = float("nan")
+        if s_hat_prev is not None:
+            nrm = math.sqrt(float((g_new * g_new).sum()) * float((g * g).sum()))
+            rho = float((g_new * g).sum()) / nrm if nrm > 0 else float("nan")
+        if effective:
+            # damp the Onsager-corrected observation Y = c sigma_hat S + (2/d) A^T g (and g, sigma_hat with the
+            # same weights, so that the next Onsager term V g is the derivative of S wrt every past g)
+            Y_new = (c_in * s_hat_new) * S + (2.0 / d) * op.adjoint(g_new)
+            if s_hat_prev is None:
+                g, s_in, Ybar = g_new, c_in * s_hat_new, Y_new
+            else:
+                g = eta * g_new + (1 - eta) * g
+                s_in = eta * c_in * s_hat_new + (1 - eta) * s_in
+                Ybar = eta * Y_new + (1 - eta) * Ybar
+            s_hat = s_in / c_in
+            s_hat_prev = s_hat
+            S_next, V_new = _denoise(Ybar, s_in, d, lam, direct, rank)
+            if not (np.all(np.isfinite(S_next)) and np.isfinite(V_new)):
+                message = f"non-finite iterate at iteration {it}"
+                break
+        else:
+            if s_hat_prev is None:
+                g, s_hat = g_new, s_hat_new
+            else:
+                g = eta * g_new + (1 - eta) * g
+                s_hat = eta * s_hat_new + (1 - eta) * s_hat_prev
+            s_hat_prev = s_hat
+            # input step
+            S_new, V_new = _input_step(op, S, g, s_hat * c_in, lam, direct, rank)
+            if not (np.all(np.isfinite(S_new)) and np.isfinite(V_new)):
+                message = f"non-finite iterate at iteration {it}"
+                break
+            S_next = eta * S_new + (1 - eta) * S
         diff = S_next - S
         q_next = float((S_next * S_next).sum()) / d
         resid = float((diff * diff).sum()) / d / q_next if q_next > 0 else float((diff * diff).sum()) / d
-        rec = GAMPIterate(it - 1, q_t, m_t, V, q_hat, s_hat, resid)
+        rec = GAMPIterate(it - 1, q_t, m_t, V, q_hat, s_hat, resid, rho)
         history.append(rec)
-        S, V = S_next, eta * V_new + (1 - eta) * V
+        S, V = S_next, (V_new if effective else eta * V_new + (1 - eta) * V)
         if callback is not None:
             callback(it, S, rec)
         if resid < tol:
@@ -413,7 +447,11 @@ def gamp(
 def _input_step(op, S, g, s_hat, lam, direct, rank):
     """Y = sigma_hat S + (2/d) A^T(g) -> (f(Y)/sigma_hat, V = 2 div f / (d^2 sigma_hat))."""
     d = op.d
-    Yeff = s_hat * S + (2.0 / d) * op.adjoint(g)
+    return _denoise(s_hat * S + (2.0 / d) * op.adjoint(g), s_hat, d, lam, direct, rank)
+
+
+def _denoise(Yeff, s_hat, d, lam, direct, rank):
+    """(f(Y)/sigma_hat, V = 2 div f / (d^2 sigma_hat)) for the student's denoiser f."""
     if direct:
         c = 1.0 / (s_hat + 4.0 * lam)
         return c * Yeff, 2.0 * s_hat * c * (d * (d + 1) / 2) / (d**2 * s_hat)
@@ -441,19 +479,66 @@ def _finish(problem, op, y, res: GAMPResult, direct, rank) -> None:
 # State-evolution trajectory from the same initialisation
 # --------------------------------------------------------------------------------------------------
 def se_trajectory(problem: Problem, alpha: float, x0, iterations: int, d: int | None = None,
-                  channel_options: dict | None = None) -> np.ndarray:
-    """Undamped SE iterates x_{t+1} = F(x_t) from x0 = (q, m, Sigma): (iterations + 1, 3) array.
+                  channel_options: dict | None = None, damping: float = 1.0, damp: str = "iterates",
+                  noise_correlation=1.0) -> np.ndarray:
+    """SE iterates of GAMP run with a fixed damping eta from x0 = (q, m, Sigma): (iterations + 1, 3) array.
 
-    The map is ``StateEvolution._map`` (channel by quadrature, then the spectral denoiser); it is the
-    prediction for undamped GAMP's (q_t, m_t, V_t) started from an S_0 with the same q, m and V_0 = Sigma.
+    damping = 1: the plain SE map x_{t+1} = F(x_t) (channel moments ``SoftmaxChannel.moments`` by the SE's
+    quadrature, then the spectral denoiser ``matrix_update``), the prediction for undamped GAMP.
+
+    damp = "effective" (GAMP damps the Onsager-corrected Y): the effective observation is the mixture
+    sum_s w_s Y_s of the per-iteration observations Y_s = m_hat_s S0 + sqrt(q_hat_s) Z_s, so the conjugates
+    are mixed: m_hat and sigma_hat linearly (exact), and the noise variance
+    q_hat_bar_t = eta^2 q_hat_t + (1 - eta)^2 q_hat_bar_{t-1} + 2 eta (1 - eta) rho sqrt(q_hat_t q_hat_bar_{t-1})
+    with rho = ``noise_correlation`` the correlation of the new noise with the mixed old one: the one closure
+    (a single-time SE does not carry the two-time correlations). A number (rho = 1, the default, is exact at
+    a fixed point and to first order around it) or a sequence, rho[t] used at step t + 1 (rho[0] unused), e.g.
+    GAMP's measured ``[h.noise_correlation for h in res.history]`` (a diagnostic, not a prediction). Then
+    (q, m, Sigma) = matrix_update(mixed conjugates), undamped, as in GAMP.
+
+    damp = "iterates" (GAMP damps g, sigma_hat, S and V): the conjugates are mixed as above, then m and Sigma
+    are damped linearly (exact) and q = (1/d)||eta S_new + (1 - eta) S_t||^2 with the fluctuations of S_new
+    and S_t taken fully correlated, q_{t+1} = (eta sqrt(q_new) + (1 - eta) sqrt(q_t))^2. This is a cruder
+    closure: GAMP's Y then also carries (1 - eta) sigma_hat (S_t - S_{t-1}), a memory term outside the SE.
+
+    The first step is undamped in the conjugates, as in GAMP. The prediction is for GAMP's (q_t, m_t, V_t)
+    with the same damping and ``patience=0`` (no adaptive change), input weight 1, started from an S_0 with
+    the same q, m and V_0 = Sigma (GAMP's default S_0 = 0, V_0 = 1 is x0 = (0, 0, 1)).
     """
+    from .theory.denoisers import matrix_update
     from .theory.state_evolution import StateEvolution
 
+    if not 0 < damping <= 1:
+        raise ParameterError("damping", f"must be in (0, 1] (got {damping!r})")
+    if damp not in ("iterates", "effective"):
+        raise ParameterError("damp", f"must be 'iterates' or 'effective' (got {damp!r})")
+    rhos = np.asarray(noise_correlation, float)
+    rhos = np.broadcast_to(rhos[:iterations] if rhos.ndim else rhos, (iterations,))
+    if not np.all(np.abs(rhos[1:]) <= 1):
+        raise ParameterError("noise_correlation", "must be in [-1, 1] (one number or one per iteration)")
     se = StateEvolution(problem, d=d, channel_options=channel_options)
+    eta = float(damping)
     x = np.asarray(x0, float)
     out = [x]
-    for _ in range(iterations):
-        x, _, _ = se._map(alpha, x)
+    conj = None  # (q_hat, m_hat, sigma_hat), mixed
+    for t in range(iterations):
+        ch = se.channel.moments(alpha, *x)
+        new = np.array([ch.q_hat, ch.m_hat, ch.sigma_hat])
+        rho = float(rhos[t])
+        if conj is None:
+            conj = new
+        else:
+            qh = (eta**2 * new[0] + (1 - eta) ** 2 * conj[0]
+                  + 2 * eta * (1 - eta) * rho * math.sqrt(new[0] * conj[0]))
+            conj = np.array([qh, *(eta * new[1:] + (1 - eta) * conj[1:])])
+        ms = matrix_update(problem, se.measure, *conj)
+        x_new = np.array([ms.q, ms.m, ms.sigma])
+        if damp == "iterates":
+            x_next = eta * x_new + (1 - eta) * x
+            x_next[0] = (eta * math.sqrt(x_new[0]) + (1 - eta) * math.sqrt(x[0])) ** 2
+            x = x_next
+        else:
+            x = x_new
         out.append(x)
     return np.array(out)
 
