@@ -21,7 +21,7 @@ runner = CliRunner()
 
 
 def test_registry_lists_the_figures():
-    assert list(rp.FIGURES) == ["fig1", "fig2", "fig3", "fig4", "fig5", "fig6"]
+    assert list(rp.FIGURES) == [f"fig{i}" for i in range(1, 11)]
     for name in rp.FIGURES:
         mod = rp.figure_module(name)
         for attr in ("TITLE", "build", "tidy", "draw"):
@@ -118,3 +118,85 @@ def test_theory_curve_records_a_failing_point_instead_of_failing(monkeypatch):
     assert [r["alpha"] for r in recs] == [0.1, 0.2, 0.3]
     assert [r["converged"] for r in recs] == [True, False, True]
     assert "boom" in recs[1]["message"] and out["n_converged"] == 2
+
+
+# --------------------------------------------------------------------------------------------------
+# the power-law figures (fig7-fig10), shrunk: tiny d, one or two seeds
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture
+def tiny_powerlaw(monkeypatch):
+    from tiedattention.reproduce import fig7, fig10
+
+    monkeypatch.setitem(fig7.PARAMS, "quick", {"alphas": [0.3, 1.0], "sim_alphas": [1.0], "d": 16, "seeds": 2,
+                                               "lam": 0.05, "n_test": 500})
+    monkeypatch.setitem(fig10.PARAMS, "quick", {"alphas": [1.0]})
+
+
+@pytest.mark.slow  # ~170 s on the loaded 2-core machine: the finite-d SE with spectra at tiny d is not cheap
+def test_tiny_fig7_fig8_fig10_share_cells_and_count_detached_outliers(tiny_powerlaw, tmp_path):
+    from tiedattention.reproduce import powerlaw as pl
+
+    out = tmp_path / "figs"
+    r7 = rp.reproduce("fig7", out, quick=True, workers=1, progress=False)
+    assert r7.computed == r7.cells == 2  # the SE curve with its spectra, one simulation cell
+    r8 = rp.reproduce("fig8", out, quick=True, workers=1, progress=False)
+    assert r8.computed == 0  # the same cells
+    r10 = rp.reproduce("fig10", out, quick=True, workers=1, progress=False)
+    assert r10.computed == 1  # only the decomposition curve is new
+    d7 = pd.read_parquet(out / "fig7.parquet")
+    assert {"eigenvalues", "overlap", "kstar"} <= set(d7["panel"])
+    sim = d7[(d7["panel"] == "kstar") & (d7["kind"] == "simulation")]
+    assert len(sim) == 1 and sim["d"].iloc[0] == 16
+    # the count is the number of eigenvalues above the SE bulk edge + margin, between 0 and d
+    assert 0 <= sim["y"].iloc[0] <= 16
+    ov = d7[(d7["panel"] == "overlap") & (d7["kind"] == "simulation")]["y"]
+    assert ov.between(0, 1).all()
+    d8 = pd.read_parquet(out / "fig8.parquet")
+    exc = d8[(d8["panel"] == "excess") & (d8["kind"] == "simulation")]
+    assert len(exc) == 1 and np.isfinite(exc["y"]).all() and (exc["y_err"] > 0).all()
+    d10 = pd.read_parquet(out / "fig10.parquet")
+    th = d10[(d10["panel"] == "error") & (d10["kind"] == "theory")]
+    parts = th[th["series"].isin(["over", "under", "approx", "mismatch"])].groupby("x")["y"].sum()
+    total = th[th["series"] == "excess"].set_index("x")["y"]
+    np.testing.assert_allclose(parts.loc[total.index], total, rtol=1e-6, atol=1e-9)  # the parts add up exactly
+    assert (d10[d10["kind"] == "simulation"]["y"].dropna() >= -1e-9).all()
+    # detached-eigenvalue rule: above edge + margin, margin = 4 s delta d^(-2/3)
+    assert pl.count_detached([3.0, 1.2, 1.0, 0.0], 1.0, 0.1) == 2
+    assert pl.edge_margin(1.0, 1.0, 8) == pytest.approx(1.0)
+
+
+def test_detachment_alphas_and_local_slope():
+    from tiedattention.reproduce import powerlaw as pl
+
+    def rec(a, flags):
+        return {"alpha": a, "converged": True, "modes": [{"recovered": f} for f in flags]}
+
+    recs = [rec(0.1, [True, False]), rec(0.4, [True, False]), rec(1.6, [True, True])]
+    marks = pl.detachment_alphas(recs, 2)
+    assert marks[1] == 0.1 and marks[2] == pytest.approx(0.8)
+    x, s = pl.local_slope([1.0, 10.0, 100.0], [1.0, 0.1, 0.001])
+    np.testing.assert_allclose(s, [1.0, 2.0])
+    np.testing.assert_allclose(x, [10**0.5, 10**1.5])
+
+
+@pytest.mark.slow  # the finite-d SE with the optimal-lambda search, even at tiny d
+def test_tiny_fig9_two_stage_simulations_at_the_optimal_lambda(monkeypatch, tmp_path):
+    from tiedattention.reproduce import fig9
+
+    monkeypatch.setitem(fig9.PARAMS, "quick", {"nus": [100.0, 300.0, 1000.0], "ds": [20], "fd_nus": [20.0, 40.0],
+                                               "sim_nus": [20.0, 40.0, 80.0], "d": 20, "seeds": 2, "n_test": 500,
+                                               "xatol": 0.3})
+    out = tmp_path / "figs"
+    res = rp.reproduce("fig9", out, quick=True, workers=1, progress=False)
+    assert res.cells == 2 + 3  # two SE curves, then one simulation per simulated n/d (second stage)
+    data = pd.read_parquet(out / "fig9.parquet")
+    sim = data[data["kind"] == "simulation"]
+    assert sorted(sim["x"]) == [20.0, 40.0, 80.0]
+    curve = data[(data["kind"] == "theory") & (data["series"] == "d=20") & (data["panel"] == "excess")]
+    # the simulations ran at the SE's optimal lambda of their n/d (rounded to 4 digits)
+    for _, row in sim.iterrows():
+        lam = curve[np.isclose(curve["x"], row["x"])]["lam"].iloc[0]
+        assert row["lam"] == pytest.approx(lam, rel=1e-3)
+    lim = data[(data["series"] == "d=inf") & (data["panel"] == "excess")]
+    assert len(lim) == 3 and (np.diff(lim.sort_values("x")["y"]) < 0).all()  # the excess falls with n
+    assert lim["predicted_exponent"].iloc[0] == pytest.approx(0.6)

@@ -14,7 +14,7 @@ from ..errors import ParameterError
 def register(app: typer.Typer) -> None:
     @app.command("reproduce")
     def reproduce(
-        name: Annotated[str, typer.Argument(help="figure name (fig1 ... fig6) or 'all'", show_default=False)],
+        name: Annotated[str, typer.Argument(help="figure name (fig1 ... fig10) or 'all'", show_default=False)],
         out: Annotated[Path, typer.Option("--out", help="output directory (PNG, PDF, Parquet; store/ to resume)")],
         quick: Annotated[
             bool, typer.Option("--quick", help="small d, few seeds, coarse grids (all figures in minutes)")
