@@ -22,11 +22,18 @@ One iteration, written directly in the state evolution's units (hats are the SE'
     V_{t+1} = 2 div f(Y) / (d^2 sigma_hat),   div on symmetric matrices (:func:`spectral_divergence`)
 
 (1/d) Tr S_t^2, (1/d) Tr S_t S0 and V_t are the SE's q, m, Sigma of iteration t: started from the same
-(q, m, Sigma), ``StateEvolution._map`` reproduces the iterates up to finite-size fluctuations
-(:func:`se_trajectory`). At a fixed point h* = A(S) and g = -grad l(A(S)), so A^T(g) is a subgradient of the
+(q, m, Sigma), the SE map reproduces the iterates up to finite-size fluctuations (:func:`se_trajectory`;
+with damping, the SE of damped GAMP with mixed conjugates, ``damp="effective"``).
+
+Damping (``damp``): "iterates" mixes g, sigma_hat, S, V; "effective" mixes the Onsager-corrected Y (with g and
+sigma_hat alike; Onsager term V g_bar). Narrow students (rank cut) use c sigma_hat in the input step
+(``input_weight`` c = 1.5 by default): the rank-constrained denoiser is expansive in the rotations of kept into
+cut eigenvectors, which damping cannot stabilise; a shorter prox step can.
+
+At a fixed point h* = A(S) and g = -grad l(A(S)), so A^T(g) is a subgradient of the
 penalty at S: the fixed point is a stationary point of the ERM objective (``GAMPResult.kkt`` measures it).
 
-Layering: numpy only, plus ``theory.channel`` (prox, loss) and ``theory.state_evolution`` (SE trajectory).
+Layering: numpy only, plus ``theory.channel`` (prox, loss), ``theory.state_evolution`` and ``theory.denoisers`` (SE).
 The registry adapter :func:`solve_gamp` and :func:`register` import ``simulation`` (torch) lazily.
 """
 
