@@ -370,12 +370,13 @@ class StateEvolution:
                 hist_f.pop(0)
             y_new = y + eta * f
             if len(hist_y) >= 2 or prior_dy.shape[1]:
-                dY = np.diff(np.array(hist_y), axis=0).T.reshape(3, -1)
-                dF = np.diff(np.array(hist_f), axis=0).T.reshape(3, -1)
-                keep_prior = max(0, self.anderson - dY.shape[1])
+                # (transposed views as before when there is no prior: the same BLAS calls, the same bits)
+                dY = np.diff(np.array(hist_y), axis=0).T
+                dF = np.diff(np.array(hist_f), axis=0).T
+                keep_prior = min(prior_dy.shape[1], max(0, self.anderson - dY.shape[1]))
                 if keep_prior:
-                    dY = np.hstack([prior_dy[:, -keep_prior:], dY])
-                    dF = np.hstack([prior_df[:, -keep_prior:], dF])
+                    dY = np.hstack([prior_dy[:, -keep_prior:], dY.reshape(3, -1)])
+                    dF = np.hstack([prior_df[:, -keep_prior:], dF.reshape(3, -1)])
                 gamma, *_ = np.linalg.lstsq(dF, f, rcond=None)
                 y_new = y_new - (dY + eta * dF) @ gamma
             step = float(np.max(np.abs(y_new - y)))
