@@ -372,22 +372,24 @@ class FastFiniteD(StateEvolution):
     derivatives in t = delta^2 (:class:`ThresholdIntegrals`). So the fixed point is found by an outer loop on
     delta: solve the SE with the spectral side interpolated from the nodes (channel calls only), add an exact
     node at the delta of that solution, repeat. Near a node the interpolation error is O(dt^2) with one node and
-    O(dt^4) with two, so delta converges superlinearly; the loop stops when the solution's delta is within
-    ``node_rtol`` of a node, where the spectral side *is* the exact one, and the returned :class:`SEResult` is
-    the exact SE point (the final map evaluation uses the node).
+    O(dt^4) with two, so delta converges superlinearly; the loop stops when the interpolation error at the
+    solution's delta, estimated as g^2 (one node) or g^2 (g + h)^2 (two; g = distance to the last node, h =
+    between the nodes, relative in t), is below ``interp_tol`` (1e-20: rounding level), i.e. where the spectral
+    side *is* the exact one; the returned :class:`SEResult` is the exact SE point (converged to ``tol`` with the
+    base class's own final evaluation and error estimates).
 
     ``eps`` is fixed either by lambda (eps = 2 lambda / m_hat) or by the ratio r = eps/delta (``ratio``), the
     natural variable of the optimal-lambda rule (then lambda = eps m_hat/2 is an output).
     Factorised students with kappa >= 1 only.
     """
 
-    def __init__(self, problem: Problem, d: int, node_rtol: float = 1e-9, max_outer: int = 12, **options: Any):
+    def __init__(self, problem: Problem, d: int, interp_tol: float = 1e-20, max_outer: int = 12, **options: Any):
         if problem.student.model != "factorized" or problem.student.kappa < 1:
             raise ParameterError("model", "the fast finite-d route is implemented for the factorised student, "
                                  "kappa >= 1")
         super().__init__(problem, d=d, **options)
         self.nodes = _Nodes(self.measure)
-        self.node_rtol = node_rtol
+        self.interp_tol = interp_tol
         self.max_outer = max_outer
         self.ratio: float | None = None
         self.lam = problem.student.lam
@@ -483,7 +485,19 @@ class FastFiniteD(StateEvolution):
         self.nodes.add(delta)
 
     def _near_node(self, delta: float) -> bool:
-        return bool(self.nodes.nodes) and abs(delta / self.nodes.last_delta - 1.0) <= self.node_rtol
+        return bool(self.nodes.nodes) and abs(delta / self.nodes.last_delta - 1.0) <= 1e-12
+
+    def _interp_error(self, delta: float) -> float:
+        """Scale of the relative interpolation error of the spectral side at delta: g^2 with one node (tangent),
+        g^2 (g + h)^2 with two (cubic Hermite), g = |t/t_last - 1|, h = |t_last/t_other - 1| (t = delta^2)."""
+        if not self.nodes.nodes:
+            return math.inf
+        t = delta * delta
+        g = abs(t / self.nodes.nodes[-1][0] - 1.0)
+        if len(self.nodes.nodes) == 1:
+            return g * g
+        h = abs(self.nodes.nodes[-1][0] / self.nodes.nodes[0][0] - 1.0)
+        return g * g * (g + h) ** 2
 
     def solve_fixed(self, alpha: float, x0: np.ndarray, delta0: float | None = None) -> SEResult | None:
         """Exact SE point at the current eps rule (lambda or ratio), starting from x0; None if the fast route
@@ -494,14 +508,23 @@ class FastFiniteD(StateEvolution):
             ch = self.channel.moments(alpha, *x0)
             self._add_node(math.sqrt(ch.q_hat) / ch.m_hat)
         x = np.asarray(x0, float)
+        tol_it = max(self.tol, 1e-7)
         for _ in range(self.max_outer):
-            out = self._fast_iterate(alpha, x, self.tol)
+            out = self._fast_iterate(alpha, x, tol_it)
             if out is None:
                 return None
             x, ms, it = out
-            if self._near_node(ms.delta):
-                break
+            if self._interp_error(ms.delta) <= self.interp_tol:
+                if tol_it <= self.tol:
+                    break
+                tol_it = self.tol
+                continue
+            gap = abs(ms.delta / self.nodes.last_delta - 1.0)
             self._add_node(ms.delta)
+            # iterating the next model beyond its own accuracy is wasted: its error is ~ gap^2 (and less); a gap
+            # below 1e-4 puts the next solution within ~gap^2 of this node, where the interpolation error
+            # ~ gap^6 is at rounding level: iterate to the final tolerance at once
+            tol_it = self.tol if gap < 1e-4 else max(self.tol, min(1e-7, 1e-2 * gap * gap))
         else:
             return None
         import warnings
@@ -774,7 +797,7 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 res = se.solve(alpha, init=x0 if hist else None)
-        if res.converged and res.phase == "regular":
+        if res.converged and res.phase == "regular" and np.all(res.x > 0) and res.eps > 0:
             hist.append((la, np.log(res.x), math.log(res.delta), res.eps / res.delta))
             hist = hist[-2:]
         modes = recovered_modes_finite(fast, res)
