@@ -7,7 +7,9 @@ proximal solver (the exact minimiser, with exact zero eigenvalues), one torch th
     deviations of the bulk's top eigenvalue; :mod:`tiedattention.reproduce.powerlaw`), within +-1 mode, at
     three alphas, for every seed; and the squared overlaps of the well-detached modes.
 (b) the excess test error along n at d = 100 with lambda tuned optimally (from the finite-d SE) against the
-    finite-d SE curve, and the fitted exponents against the SE's at the same d and against f(gamma).
+    finite-d SE curve (within 15 % + 2 s.e., the same relative offset at every n), and the fitted exponent
+    against the SE's at the same d (inside the simulations' 95 % interval) and against f(gamma) (inside the
+    interval widened by the SE's own finite-d offset f_SE(d) - f(gamma)).
 
 The simulations' excess is e_test(S_hat) - min_c e_test(c S0) on the same test sequences (a paired
 difference): for gamma > 1/2 the logits are not Gaussian (the top modes carry O(1) of their variance) and the
@@ -120,9 +122,13 @@ def test_simulations_follow_the_finite_d_se_scaling_curve(store):
     for r, e, s, zz in zip(recs, sim_exc, sim_err, z, strict=True):
         print(f"nu={r['nu']:g} lam={r['lam']:.4g} k*={r['k_star']}: SE excess {r['excess']:.5f}, simulation "
               f"{e:.5f} +- {s:.5f} (z = {zz:.1f}, relative {e / r['excess'] - 1:+.3f})")
-    # finite-size allowance: the SE is the d -> infinity limit of the finite-d problem; at d = 100 we allow a
-    # relative deviation of 25 % (about 2.5/sqrt(d)) on top of two standard errors
-    assert np.all(np.abs(sim_exc - se_exc) <= 2 * sim_err + 0.25 * se_exc), rel
+    # Allowance: a relative 15 % on top of two standard errors. Measured (docs/theory/scaling.md, "Simulations"):
+    # the simulations sit 9-11 % above the SE at every n at d = 100 and 7-9 % above it at d = 400 (test (a)'s
+    # runs), and the test error of S0 itself is 10 % above the Gaussian channel at d = 100 and 400 alike: an
+    # offset of the SE's Gaussian-logit channel for this target (the top mode carries 1/zeta(2.5) = 75 % of the
+    # logit variance), not a 1/d effect. It is a constant factor along n, so the exponents agree (below).
+    assert np.all(np.abs(sim_exc - se_exc) <= 2 * sim_err + 0.15 * se_exc), rel
+    assert np.ptp(rel) <= 0.06, rel  # the same factor at every n
     f_se = fit_exponent(n, se_exc)
     f_sim = fit_exponent(n, sim_exc)
     from tiedattention.theory.scaling import parse_lam_rule, predicted_exponent
@@ -136,3 +142,28 @@ def test_simulations_follow_the_finite_d_se_scaling_curve(store):
     # compatible with f(gamma) once the finite-d offset of the SE at this d is allowed for
     offset = f_se["fitted_exponent"] - f_pred
     assert lo - abs(offset) <= f_pred <= hi + abs(offset)
+
+
+D_C, NUS_C, SEEDS_C = 200, (50.0, 100.0), 2
+
+
+def test_the_offset_from_the_se_is_not_a_finite_size_effect(store):
+    """The relative offset sim/SE - 1 of the excess at d = 200 equals the one at d = 100 (same n/d, optimal
+    lambda) within 0.04: it does not halve as a 1/d (or 1/sqrt(d): x 0.71) correction would."""
+    rel = {}
+    for d, seeds in ((D_B, SEEDS_B), (D_C, SEEDS_C)):
+        base = common.options(target=TARGET, noise=0.5)
+        nus = NUS_B if d == D_B else NUS_C
+        curve = _rows(store, f"issue6-curve-{d}", [pl.make_cell(pl.SCALING_CURVE, {
+            **base, "d": d, "alphas": [nu / d for nu in nus], "lam_rule": "optimal"})])
+        recs = [r for r in json.loads(curve.iloc[0]["records"]) if r["nu"] in NUS_C]
+        cells = [pl.make_cell(pl.SIM_MODES, {**common.options(target=TARGET, noise=0.5, lam=float(f"{r['lam']:.4g}")),
+                                             "alpha": float(r["alpha"]), "d": d, "seeds": seeds, "n_modes": 4,
+                                             "n_test": 20000}) for r in recs]
+        sims = _rows(store, f"issue6-sims-{d}", cells).sort_values("alpha")
+        rel[d] = sims["excess_mean"].to_numpy(float) / np.array([r["excess"] for r in recs]) - 1.0
+        err = sims["excess_sem"].to_numpy(float) / np.array([r["excess"] for r in recs])
+        print(f"d={d}: relative offset of the simulated excess at n/d = {NUS_C}: {np.round(rel[d], 3)} "
+              f"(+- {np.round(err, 3)})")
+    assert np.all(rel[D_C] > 0.05) and np.all(rel[D_B] > 0.05)
+    assert np.all(np.abs(rel[D_C] - rel[D_B]) <= 0.04), rel

@@ -32,7 +32,7 @@ N_MODES = 8  # modes carried in the records
 SHOW = 6  # modes drawn in (a)
 SHOW_OVERLAP = 4
 PARAMS = {
-    "quick": {"alphas": list(np.geomspace(0.03, 6.0, 12)), "sim_alphas": [0.1, 0.4, 2.0], "d": 100,
+    "quick": {"alphas": list(np.geomspace(0.03, 5.0, 10)), "sim_alphas": [0.1, 0.3, 1.0], "d": 100,
               "seeds": 2, "lam": 0.05, "n_test": 4000},
     "full": {"alphas": list(np.geomspace(0.01, 10.0, 60)), "sim_alphas": [0.03, 0.1, 0.3, 1.0, 3.0], "d": 200,
              "seeds": 8, "lam": 0.05, "n_test": 10000},

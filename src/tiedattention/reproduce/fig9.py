@@ -33,7 +33,7 @@ TARGET = "powerlaw:1.25"
 GAMMA = 1.25
 RULE = "optimal"
 PARAMS = {
-    "quick": {"nus": list(np.geomspace(20.0, 3e4, 14)), "ds": [60], "fd_nus": [30.0, 60.0, 120.0, 240.0, 480.0],
+    "quick": {"nus": list(np.geomspace(20.0, 3e4, 14)), "ds": [60], "fd_nus": [30.0, 60.0, 120.0, 240.0],
               "sim_nus": [30.0, 60.0, 120.0, 240.0], "d": 60, "seeds": 2, "n_test": 6000, "xatol": 0.1},
     "full": {"nus": list(np.geomspace(20.0, 1e5, 30)), "ds": [100, 200, 400],
              "fd_nus": list(np.geomspace(30.0, 3000.0, 12)), "sim_nus": [50.0, 100.0, 200.0, 400.0, 800.0],
