@@ -156,13 +156,27 @@ def _assemble(c: float, q0: float, groups: dict[str, dict[str, float]], a_null: 
     return out
 
 
+def _moving_average(x: np.ndarray, w: int) -> np.ndarray:
+    """Centred moving average with window w (truncated at the ends)."""
+    if w <= 1 or x.size <= 1:
+        return x.copy()
+    k = np.ones(min(w, x.size))
+    return np.convolve(x, k, mode="same") / np.convolve(np.ones_like(x), k, mode="same")
+
+
 def decompose_matrices(S_hat: np.ndarray, S0: np.ndarray, c: float, n_outliers: int = 0, rank: int | None = None,
-                       null_tol: float = 1e-6) -> dict[str, Any]:
+                       null_tol: float = 1e-6, smooth: int = 0) -> dict[str, Any]:
     """Finite-d estimator of the parts from a learned S_hat and the target S0 (both symmetric d x d).
 
     c : reference scale (c_inf from the theory); n_outliers : the recovered outliers, taken as the n_outliers
     largest eigenvalues of S_hat (they sit above its bulk); rank : the student's rank p (None: d), for the
     rank-p tail of S0; null_tol : eigenvalues with |l| <= null_tol * max|l| are the null space.
+    smooth : the signal xi_j = <u_j, S0 u_j> of a bulk direction is a noisy (O(d^-1/2)) estimate of its
+    conditional mean xi(y); the over/under split (sign of l_j - c xi_j, square) is nonlinear in it, which biases
+    E_over by O(Var xi) = O(1/d). With smooth = w > 1 the split uses the moving average of xi over w neighbouring
+    bulk directions (ordered by l), E_under staying the exact remainder (then E_under >= 0 is no longer
+    guaranteed direction by direction). smooth = 0 (default): the exact per-direction split (every part >= 0 for
+    any S_hat). Measured bias at d = 200 in docs/theory/decomposition.md section 5.
     Returns the dict of :func:`spectral_parts` (dist, dist_*, mse, mse_*, pairs, q, m, q0, ...).
     """
     S_hat = np.asarray(S_hat, float)
@@ -188,14 +202,19 @@ def decompose_matrices(S_hat: np.ndarray, S0: np.ndarray, c: float, n_outliers: 
     p = d if rank is None else int(rank)
     tail = float(np.sum(theta2[: max(d - p, 0)])) / d
 
-    def sums(sel):
-        li, xs, aa = lam[sel], xi[sel], a[sel]
-        ov = li > c * xs
-        return {"q": float(np.sum(li * li)) / d, "m": float(np.sum(li * xs)) / d, "a": float(np.sum(aa)) / d,
-                "oq": float(np.sum((li * li - c * c * xs * xs)[ov])) / d,
-                "om": float(np.sum((li * xs - c * xs * xs)[ov])) / d}
+    w = int(smooth)
 
-    groups = {"O": sums(is_out), "B": sums(live & ~is_out)}
+    def sums(sel, w=1):
+        idx = np.flatnonzero(sel)
+        idx = idx[np.argsort(lam[idx])]
+        li, xs, aa = lam[idx], xi[idx], a[idx]
+        xm = _moving_average(xs, w)
+        ov = li > c * xm
+        return {"q": float(np.sum(li * li)) / d, "m": float(np.sum(li * xs)) / d, "a": float(np.sum(aa)) / d,
+                "oq": float(np.sum((li * li - c * c * xm * xm)[ov])) / d,
+                "om": float(np.sum((li * xm - c * xm * xm)[ov])) / d}
+
+    groups = {"O": sums(is_out), "B": sums(live & ~is_out, w)}
     a_null = q0 - groups["O"]["a"] - groups["B"]["a"]
     res = _assemble(float(c), q0, groups, max(a_null, 0.0), tail, k)
     res["eigenvalues_outliers"] = lam[out_idx].tolist()
@@ -413,17 +432,47 @@ def decomposition_curve(problem: Problem, alphas, d: int | None = None, c_inf: f
     return out
 
 
+def _ray_min(fun: Callable[[float, float], float], q0: float, r: float) -> float:
+    """min over c of fun(c^2 q0, c q0) (as scaling.saturation_error)."""
+    from scipy import optimize
+
+    res = optimize.minimize_scalar(lambda c: fun(c * c * q0, c * q0), bounds=(1e-3, 4.0 * r), method="bounded",
+                                   options={"xatol": 1e-9})
+    return float(res.fun)
+
+
 def estimate_record(se: StateEvolution, S_hat: np.ndarray, S0: np.ndarray, c_inf: float, n_outliers: int,
-                    saturation: tuple[float, float, float] | None = None) -> dict[str, Any]:
+                    saturation: tuple[float, float, float] | None = None, smooth: int = 0) -> dict[str, Any]:
     """Finite-d estimator as a record with the keys of :func:`decompose_point` (E_*, mse_*, dist_*): the matrix
-    parts of :func:`decompose_matrices` pushed through the same e(q, m) of the SE's channel."""
-    e0, _, e0c = saturation if saturation is not None else saturation_point(se)
+    parts of :func:`decompose_matrices` pushed through the e(q, m) of the SE's channel. When the sample's
+    Q0_d = (1/d)||S0||^2 differs from the theory's Q0 (MP targets), the channel, e_0 and the ray are those of
+    Q0_d (the test error of S_hat against this S0 is e(q, m) with teacher variance Q0_d)."""
     d = S0.shape[0]
     rank = se.problem.student.width(d) if se.problem.student.model == "factorized" else d
-    parts = decompose_matrices(S_hat, S0, c_inf, n_outliers=n_outliers, rank=rank)
-    e_fun, ec_fun = _errors(se)
-    qz = parts["q0"] + se.problem.task.noise / 2
-    return _record(parts, e_fun, ec_fun, e0, e0c, qz, parts["q0"])
+    parts = decompose_matrices(S_hat, S0, c_inf, n_outliers=n_outliers, rank=rank, smooth=smooth)
+    q0 = parts["q0"]
+    if abs(q0 - se.q0) <= 1e-12 * se.q0:
+        e0, _, e0c = saturation if saturation is not None else saturation_point(se)
+        e_fun, ec_fun = _errors(se)
+    else:
+        from dataclasses import replace
+
+        from .channel import SoftmaxChannel
+
+        base = se.channel_final
+        ch = SoftmaxChannel(replace(base.params, q0=q0), order=base.order, estimate_error=False)
+        off = se.error_offset
+
+        def e_fun(q, m):
+            return ch.test_error(q, m)[0] + off
+
+        def ec_fun(q, m):
+            return ch.test_error(q, m, clean=True)[0]
+
+        r = se.problem.task.beta0 / se.problem.student.beta
+        e0, e0c = _ray_min(e_fun, q0, r), _ray_min(ec_fun, q0, r)
+    qz = q0 + se.problem.task.noise / 2
+    return _record(parts, e_fun, ec_fun, e0, e0c, qz, q0)
 
 
 def goe(d: int, rng: np.random.Generator) -> np.ndarray:
