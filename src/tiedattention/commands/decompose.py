@@ -122,6 +122,6 @@ def decompose(
             table.add_row(f"{r['alpha']:.4g}", f"{r['e_test']:.5f}", f"{r['e_0']:.5f}", *(
                 f"{r[f'E_{k}']:.5f}" for k in ("over", "under", "approx", "mismatch")),
                 f"{r.get('mse', float('nan')):.5f}", str(r.get("k_star", "")), "yes" if r["converged"] else "NO")
-        Console().print(table)
+        Console(width=max(Console().width, 130)).print(table)
     if not all(r["converged"] for r in records):
         raise typer.Exit(code=1)
