@@ -161,11 +161,11 @@ def draw(data: pd.DataFrame, quick: bool):
     ax.set_xscale("log")
     ax.set_yscale("log")
     top = data[(data["panel"] == "eigenvalues")]["y"].max()
-    ax.set_ylim(0.25, 2.5 * top if np.isfinite(top) else None)
+    ax.set_ylim(0.25, 15 * top if np.isfinite(top) else None)  # room for the legend above the curves
     ax.set_xlabel("sample complexity α = n/d²")
     ax.set_ylabel("eigenvalue of Ŝ")
     ax.set_title("(a) outliers of Ŝ detach from the bulk one by one", loc="left")
-    ax.legend(fontsize=6, loc="upper left", ncol=3, framealpha=0.9)
+    ax.legend(fontsize=6, loc="upper left", ncol=2, framealpha=0.9)
     ax = axes[1]
     for i in range(1, SHOW_OVERLAP + 1):
         c = f"C{(i - 1) % 10}"
