@@ -11,7 +11,13 @@ from tiedattention.cli import app
 from tiedattention.problem import Problem
 from tiedattention.targets import SpectralMeasure, parse_target
 from tiedattention.theory.spectral import FreeConvolution
-from tiedattention.theory.spectrum import kolmogorov_distance, learned_spectrum, spike_outlier
+from tiedattention.theory.spectrum import (
+    detachment_delta,
+    kolmogorov_distance,
+    learned_spectrum,
+    outlier_alphas,
+    spike_outlier,
+)
 
 D = 2000  # the issue's size (slow tests); the default suite runs the same checks at d = 600
 
@@ -144,3 +150,49 @@ def test_cli_spectrum_json_png(tmp_path):
     assert bad.exit_code == 2 and "--out" in bad.output
     bad = runner.invoke(app, ["spectrum", "--alpha", "0.5", "--target", "powerlaw:1.2"])
     assert bad.exit_code == 2 and "--d" in bad.output
+
+
+def test_detachment_delta_closed_form_and_subordination_solver():
+    """delta_c of a single spike on zeros: theta/((1 + r)^{3/2} sqrt(1 - w)), r = (w/(1 - w))^{1/3} (finite-d
+    bump criterion) and theta/sqrt(1 - w) (d -> infinity, BBP); for spikes on MP(0.2) the bump of each spike
+    is its own component of supp rho_delta just below delta_c and merged just above (the support finder of
+    FreeConvolution is an independent route to the same condition)."""
+    d = 400
+    w = 1.0 / d
+    r = (w / (1 - w)) ** (1 / 3)
+    mu = parse_target("spikes:4").measure(d)
+    assert detachment_delta(mu, 4.0)[0] == pytest.approx(4 / ((1 + r) ** 1.5 * np.sqrt(1 - w)), rel=1e-10)
+    assert detachment_delta(mu, 4.0, "bbp")[0] == pytest.approx(4 / np.sqrt(1 - w), rel=1e-12)
+    mu = parse_target("spikes:10,8,6.5+mp:0.2").measure(d)
+    theta = np.array([6.5, 8.0, 10.0])
+    dc = detachment_delta(mu, theta)
+    assert np.all(dc < detachment_delta(mu, theta, "bbp"))  # finite d detaches later than BBP
+    for th, delta_c in zip(theta, dc, strict=True):
+        for factor, alone in ((1 - 1e-6, True), (1 + 1e-6, False)):
+            bulks = FreeConvolution(mu, delta_c * factor).bulks()
+            assert any(b["atoms"].size == 1 and b["atoms"][0] == th and not b["continuous"] for b in bulks) == alone
+    assert detachment_delta(mu, 2.0)[0] == 0.0  # inside the MP bulk [0.683, 4.683]: never an outlier
+
+
+@pytest.mark.slow
+def test_outlier_alphas_root_find_is_accurate():
+    """The alpha at which each outlier appears, by Brent on the margin min(1 - delta^2/delta_c^2, (y - c)/|c|):
+    at alpha*(1 -+ 1e-5) the learned spectrum (an independent route: the components of supp rho_delta) has
+    the outlier not recovered / recovered, and at alpha* the binding margin is 0 (delta = delta_c or y = c)."""
+    d = 400
+    p = Problem.from_options(target="spikes:4,2.5,1.5")
+    info = outlier_alphas(p, np.geomspace(0.004, 0.16, 5), d=d, details=True)
+    assert set(info) == {1.5, 2.5, 4.0}
+    for th, v in info.items():
+        a = v["alpha"]
+        assert v["bracket"][0] < a < v["bracket"][1]
+        below = learned_spectrum(p, a * (1 - 1e-5), d=d)
+        above = learned_spectrum(p, a * (1 + 1e-5), d=d)
+        assert [o.recovered for o in below.outliers if o.theta == th] == [False]
+        assert [o.recovered for o in above.outliers if o.theta == th] == [True]
+        if v["binding"] == "detachment":
+            assert above.delta == pytest.approx(v["delta_c"], rel=1e-5)
+    # ordered like the spikes, and the BBP (d -> infinity) criterion detaches earlier
+    assert info[4.0]["alpha"] < info[2.5]["alpha"] < info[1.5]["alpha"]
+    bbp = outlier_alphas(p, np.geomspace(0.004, 0.16, 5), d=d, criterion="bbp")
+    assert all(bbp[th] <= info[th]["alpha"] for th in info)

@@ -19,6 +19,12 @@ So the eigenvalues of S_hat are distributed as
   eigenvector is |<u, u_hat>|^2 = 1/omega'(y) = psi_nu'(theta) = 1 - delta^2 int dnu(x)/(theta - x)^2
   (docs/theory/spectra.md). It is a learned (recovered) mode when y > c.
 
+  Detachment at finite d is the exact condition of the subordination solver: the bump of theta is a
+  component of supp rho_delta of its own iff F(u) = int dmu/(u - x)^2 dips below 1/delta^2 in the gaps
+  of supp mu on both sides of theta, i.e. delta < delta_c(theta) = max(min_gap_left F, min_gap_right F)^{-1/2}
+  (:func:`detachment_delta`). For one spike on zeros of mass 1 - w this is theta/((1 + r)^{3/2} sqrt(1 - w)),
+  r = (w/(1 - w))^{1/3}: the finite-d BBP point, below the d -> infinity one delta = theta by O(d^{-1/3}).
+
 Singular values of W/(p d)^{1/4} are the square roots of the eigenvalues of S_hat = W^T W / sqrt(p d).
 """
 
@@ -29,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy import optimize
 
 from ..problem import Problem
 from ..targets import SpectralMeasure
@@ -44,6 +51,7 @@ __all__ = [
     "recovered_modes",
     "outlier_alphas",
     "bulk_split_alpha",
+    "detachment_delta",
     "kolmogorov_distance",
 ]
 
@@ -59,6 +67,7 @@ class Outlier:
     detached: bool  # separated from the rest of the spectrum of Y
     eigenvalue: float  # learned eigenvalue of S_hat: s (y - eps) if recovered, else 0
     recovered: bool  # detached and above the cut
+    delta_c: float = math.nan  # the bump is its own component of supp rho_delta iff delta < delta_c
 
     @property
     def singular_value(self) -> float:
@@ -136,7 +145,8 @@ class LearnedSpectrum:
             "n_bulks": len(self.bulks),
             "outliers": [
                 {"theta": o.theta, "y": o.y, "y_bump": o.y_bump, "overlap": o.overlap, "detached": o.detached,
-                 "eigenvalue": o.eigenvalue, "singular_value": o.singular_value, "recovered": o.recovered}
+                 "eigenvalue": o.eigenvalue, "singular_value": o.singular_value, "recovered": o.recovered,
+                 "delta_c": o.delta_c}
                 for o in self.outliers
             ],
             "n_recovered": self.n_recovered,
@@ -154,6 +164,59 @@ def spike_outlier(measure: SpectralMeasure, theta: float, delta: float) -> tuple
     return float(theta + t * g[0]), float(1.0 - t * f[0])
 
 
+def _gap_min_f(kern: _Kernel, lo: float, hi: float) -> float:
+    """min of F(u) = int dmu/(u - x)^2 over a gap (lo, hi) of supp mu (F convex there, infinite at both ends):
+    the root of F' (increasing from -inf to +inf) by Brent."""
+    w = hi - lo
+
+    def df(u: float) -> float:
+        return float(kern.real_axis(np.array([u]))[2][0])
+
+    a, b = lo + 1e-10 * w, hi - 1e-10 * w
+    fa, fb = df(a), df(b)
+    if not (fa < 0 < fb):  # rounding at a tiny gap: take the better end
+        u = a if abs(fa) < abs(fb) else b
+    else:
+        u = optimize.brentq(df, a, b, xtol=1e-15 * max(abs(lo), abs(hi), 1.0), rtol=4 * np.finfo(float).eps)
+    return float(kern.real_axis(np.array([u]))[1][0])
+
+
+def detachment_delta(measure: SpectralMeasure, theta, criterion: str = "bump") -> np.ndarray:
+    """Critical noise level delta_c of each atom theta of mu: its outlier is detached iff delta < delta_c.
+
+    ``criterion="bump"`` (finite d, exact for the deterministic rho_delta of the given d atoms): the bump of
+    theta is a component of supp rho_delta of its own iff F(u) = int dmu/(u - x)^2 < 1/delta^2 somewhere in
+    the gaps of supp mu on each side of theta (F is convex in a gap and infinite at its ends), so
+    delta_c = max(min_left F, min_right F)^{-1/2}. This is the criterion of :func:`learned_spectrum`.
+    ``criterion="bbp"`` (the d -> infinity spike description): delta_c = (int dnu/(theta - x)^2)^{-1/2}, nu = mu
+    without the atom (overlap 1 - delta^2 int dnu/(theta - x)^2 > 0). 0 for theta inside a continuous part.
+    """
+    theta = np.atleast_1d(np.asarray(theta, float))
+    kern = _Kernel(measure)
+    if criterion == "bbp":
+        _, f = kern.rest_sums(theta)
+        with np.errstate(divide="ignore"):
+            return np.where(np.isfinite(f), 1.0 / np.sqrt(f), 0.0)
+    if criterion != "bump":
+        raise ValueError(f"criterion must be 'bump' or 'bbp' (got {criterion!r})")
+    atoms, w = measure.point_masses()
+    atoms = atoms[w > 0]
+    cont = measure.support_intervals()
+    out = np.zeros(theta.shape)
+    for k, th in enumerate(theta):
+        if any(lo <= th <= hi for lo, hi in cont):
+            continue
+        left = [a for a in atoms if a < th] + [hi for lo, hi in cont if hi < th]
+        right = [a for a in atoms if a > th] + [lo for lo, hi in cont if lo > th]
+        fmin = 0.0
+        if left:
+            fmin = max(fmin, _gap_min_f(kern, max(left), th))
+        if right:
+            fmin = max(fmin, _gap_min_f(kern, th, min(right)))
+        out[k] = math.inf if fmin == 0.0 else 1.0 / math.sqrt(fmin)
+    return out
+
+
 def _outliers(fc: FreeConvolution, scale: float, eps: float, cut: float, max_weight: float) -> list[Outlier]:
     mu = fc.measure
     if mu.atoms.size == 0:
@@ -169,6 +232,7 @@ def _outliers(fc: FreeConvolution, scale: float, eps: float, cut: float, max_wei
         if b["atoms"].size == 1 and not b["continuous"]:
             alone[float(b["atoms"][0])] = b
     g, f = _Kernel(mu).rest_sums(theta_all[cand])
+    dc = detachment_delta(mu, theta_all[cand])
     t = fc.t
     out = []
     for k, i in enumerate(cand):
@@ -185,7 +249,7 @@ def _outliers(fc: FreeConvolution, scale: float, eps: float, cut: float, max_wei
         recovered = bool(detached and pos > cut)
         out.append(Outlier(theta=theta, y=float(y), y_bump=y_bump, overlap=float(max(ov, 0.0)) if detached else 0.0,
                            detached=bool(detached), eigenvalue=float(scale * (pos - eps)) if recovered else 0.0,
-                           recovered=recovered))
+                           recovered=recovered, delta_c=float(dc[k])))
     out.sort(key=lambda o: -o.theta)
     return out
 
@@ -246,38 +310,70 @@ def recovered_modes(problem: Problem, alphas, d: int | None = None) -> list[dict
     return out
 
 
-def outlier_alphas(problem: Problem, alphas, d: int | None = None, max_weight: float = 0.01) -> dict[float, float]:
+def outlier_alphas(problem: Problem, alphas, d: int | None = None, max_weight: float = 0.01,
+                   criterion: str = "bump", rtol: float = 1e-7, details: bool = False) -> dict[float, Any]:
     """For each isolated target eigenvalue theta: the alpha at which its outlier appears (detached and above
-    the cut), by linear interpolation of its margin min(overlap, y - c) between the points of the alpha grid
-    where it changes sign (nan if it never appears on the grid). Uses the d -> infinity spike description
-    (position psi_nu(theta), overlap 1 - delta^2 int dnu/(theta - x)^2)."""
+    the cut), by a root find on the alpha axis.
+
+    The margin of theta at a solved SE point is M(alpha) = min(1 - delta^2/delta_c^2, (y - c)/max(|c|, 1)),
+    y = psi_nu(theta) = theta + delta^2 g_nu(theta) its position and c the cut: detached iff delta < delta_c
+    (:func:`detachment_delta`, ``criterion`` "bump" = finite d, the criterion of :func:`learned_spectrum`, or
+    "bbp" = the d -> infinity spike condition), recovered iff also y > c. M is tabulated on the (sorted) grid
+    ``alphas`` (warm-started SE curve); the first sign change from <= 0 to > 0 is then refined by Brent's method
+    in log alpha (each evaluation one SE solve warm-started from the bracket end) to relative accuracy ``rtol``.
+    Returns {theta: alpha} (grid[0] if already recovered there, nan if it never appears on the grid); with
+    ``details``, {theta: {"alpha", "delta_c", "binding" ("detachment" or "cut"), "bracket"}}. In the zero phase
+    (S_hat = 0) nothing is recovered (M = -1).
+    """
     se = StateEvolution(problem, d=d)
-    grid = sorted(alphas)
+    grid = sorted(float(a) for a in alphas)
     theta, weight = se.measure.point_masses()
     theta = theta[(weight <= max_weight) & (theta != 0.0)]
-    g, f = _Kernel(se.measure).rest_sums(theta)
-    margins = np.full((len(grid), theta.size), -1.0)
-    for j, res in enumerate(se.learning_curve(grid)):
-        if not res.converged:  # unknown there: never used as a bracket end
-            margins[j] = np.nan
-            continue
+    g, _ = _Kernel(se.measure).rest_sums(theta)
+    dc = detachment_delta(se.measure, theta, criterion)
+
+    def parts(res: SEResult) -> tuple[np.ndarray, np.ndarray]:
+        """(detachment margin, cut margin) of every theta at a converged SE point."""
+        if res.phase == "zero":
+            return np.full(theta.size, -1.0), np.full(theta.size, -1.0)
         sp = spectrum_from_result(problem, se.measure, res)
-        if sp.fc is None:
-            continue
-        y = theta + sp.delta**2 * g
-        margins[j] = np.minimum(1.0 - sp.delta**2 * f, (y - sp.cut) / max(abs(sp.cut), 1.0))
-    out = {}
+        t = sp.delta**2
+        with np.errstate(divide="ignore"):
+            det = 1.0 - t / dc**2
+        return det, (theta + t * g - sp.cut) / max(abs(sp.cut), 1.0)
+
+    results = se.learning_curve(grid)
+    margins = np.full((len(grid), theta.size), np.nan)  # nan where the SE did not converge: never a bracket end
+    for j, res in enumerate(results):
+        if res.converged:
+            margins[j] = np.minimum(*parts(res))
+    out: dict[float, Any] = {}
     for k, th in enumerate(theta):
         m = margins[:, k]
         up = np.flatnonzero((m[:-1] <= 0) & (m[1:] > 0))  # (comparisons with nan are False)
+        info: dict[str, Any] = {"alpha": float("nan"), "delta_c": float(dc[k]), "binding": None, "bracket": None}
         if m[0] > 0:
-            out[float(th)] = float(grid[0])
+            info.update(alpha=grid[0], bracket=(grid[0], grid[0]))
         elif up.size:
             j = up[0]
-            a0, a1 = math.log(grid[j]), math.log(grid[j + 1])
-            out[float(th)] = float(math.exp(a0 + (a1 - a0) * (-m[j]) / (m[j + 1] - m[j])))
-        else:
-            out[float(th)] = float("nan")
+            warm = {"lo": results[j], "hi": results[j + 1]}
+
+            def margin(log_a: float, k=k, th=th, warm=warm) -> float:
+                a = math.exp(log_a)
+                ref = warm["lo"] if abs(log_a - math.log(warm["lo"].alpha)) < abs(log_a - math.log(warm["hi"].alpha)) \
+                    else warm["hi"]
+                res = se.solve(a, init=ref)
+                if not res.converged:
+                    raise FloatingPointError(f"SE did not converge at alpha={a:g} while locating theta={th:g}")
+                return float(min(part[k] for part in parts(res)))
+
+            la = optimize.brentq(margin, math.log(grid[j]), math.log(grid[j + 1]), xtol=rtol, rtol=1e-15)
+            a_star = math.exp(la)
+            res = se.solve(a_star, init=results[j + 1])
+            det, cut = parts(res)
+            info.update(alpha=a_star, bracket=(grid[j], grid[j + 1]),
+                        binding="detachment" if det[k] <= cut[k] else "cut")
+        out[float(th)] = info if details else info["alpha"]
     return out
 
 
