@@ -213,19 +213,21 @@ def _paired_errors(problem, S_hat: np.ndarray, S0: np.ndarray, seed: int, n_test
             "excess_sem": float(diff.std(ddof=1) / sq)}
 
 
-def sim_modes(params: Mapping[str, Any], device: str | None = None) -> dict[str, Any]:
+def sim_modes(params: Mapping[str, Any]) -> dict[str, Any]:
     """``seeds`` trained students at (problem, alpha, d): per-seed spectra, overlaps and paired errors."""
     import torch
 
     from ..simulation import n_of, rng_for, sample_dataset, train
     from ..simulation.api import combined_sem
     from ..simulation.metrics import mse_on_S
+    from ..sweep.routes import resolve_device
 
     problem = problem_from_params(params)
     alpha, d = float(params["alpha"]), int(params["d"])
     seeds, seed0 = int(params["seeds"]), int(params.get("seed0", 0))
     n_modes, n_test = int(params.get("n_modes", 8)), int(params.get("n_test", 10000))
     solver = str(params.get("solver", "prox"))
+    dev = resolve_device(str(params.get("device", "auto")))  # a GPU on workers that have one
     n = n_of(alpha, d)
     dec = _decomposer(problem, alpha, d) if params.get("decompose") else None
     old = torch.get_num_threads()
@@ -236,7 +238,7 @@ def sim_modes(params: Mapping[str, Any], device: str | None = None) -> dict[str,
         for s in range(seed0, seed0 + seeds):
             S0 = problem.task.target.sample(d, rng_for(s, "target"))
             data = sample_dataset(problem, n, d, s, S0=S0)
-            res = train(problem, data, solver=solver, device="cpu", seed=s)
+            res = train(problem, data, solver=solver, device=dev, seed=s)
             del data
             lam0, U0 = np.linalg.eigh(S0)
             lam_h, U_h = np.linalg.eigh(res.S_hat)
@@ -252,7 +254,7 @@ def sim_modes(params: Mapping[str, Any], device: str | None = None) -> dict[str,
             rows.append(row)
     finally:
         torch.set_num_threads(old)
-    out: dict[str, Any] = {"n": n, "records": json.dumps(rows), "seconds": time.perf_counter() - t_start,
+    out: dict[str, Any] = {"n": n, "device": dev, "records": json.dumps(rows), "seconds": time.perf_counter() - t_start,
                            "converged": float(np.mean([r["converged"] for r in rows]))}
     for key in ("test_error", "test_error_clean", "excess", "mse", "e0"):
         v = np.array([r[key] for r in rows])
