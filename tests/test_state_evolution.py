@@ -201,3 +201,19 @@ def test_t5_point_converges():
     assert r.converged and r.residual <= 1e-10 and r.phase == "regular"
     assert 0.05 < r.test_error < se.channel_final.uniform_error()
     assert r.errors["channel_q_hat"] / r.q_hat < 0.01
+
+
+@pytest.mark.slow
+def test_interpolating_phase_up_to_the_threshold():
+    """lambda -> 0+ within 1e-4 of the interpolation threshold (the scan used to miss the root there: G turns
+    positive again where eps < 0): a root with eps -> 0+, growing MSE, and no solution just above."""
+    mu = parse_target("mp:0.5").measure()
+    se = StateEvolution(Problem.from_options(lam=0.0))
+    inter = se.interpolation_alpha_bar()
+    near = [solve_interpolating_phase(mu, mu.q0 + 0.25, inter - d) for d in (1e-3, 1e-4)]
+    assert all(s["converged"] and s["residual"] < 1e-12 for s in near)
+    assert 0 < near[1]["eps"] < near[0]["eps"] < 0.1
+    assert near[1]["eps"] / near[0]["eps"] == pytest.approx(10 ** -0.5, rel=0.1)  # eps ~ sqrt(distance)
+    mse = [mu.q0 - 2 * s["m_over_r"] + s["I"] for s in near]
+    assert mse[1] > mse[0]
+    assert not solve_interpolating_phase(mu, mu.q0 + 0.25, inter + 1e-4)["converged"]

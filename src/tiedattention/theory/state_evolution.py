@@ -212,9 +212,8 @@ class StateEvolution:
         t0 = time.perf_counter()
         lam = self.problem.student.lam
         abar = alpha_bar(alpha, self.problem.task.tokens)
-        narrow = self.problem.student.model == "factorized" and self.problem.student.kappa < 1
-        # (the closed lambda -> 0+ phase is derived for kappa >= 1; narrow students iterate the regular map)
-        if lam == 0.0 and not narrow and self.problem.task.noise_out == 0.0 and abar < self.interpolation_alpha_bar():
+        # lambda -> 0+ interpolating phase (narrow students: denoisers.solve_narrow_interpolating_phase)
+        if lam == 0.0 and self.problem.task.noise_out == 0.0 and abar < self.interpolation_alpha_bar():
             res = self._solve_interpolating(alpha)
         else:
             res = self._solve_regular(alpha, init)
@@ -442,8 +441,13 @@ class StateEvolution:
         if self._inter_abar is None:
             from .thresholds import interpolation_threshold
 
-            self._inter_abar = interpolation_threshold(self.measure, self.problem.task.noise,
-                                                       model=self.problem.student.model)
+            st = self.problem.student
+            if st.model == "factorized" and st.kappa < 1:
+                from .denoisers import narrow_interpolation_alpha_bar
+
+                self._inter_abar = narrow_interpolation_alpha_bar(self.measure, self.problem.task.noise, st.kappa)
+            else:
+                self._inter_abar = interpolation_threshold(self.measure, self.problem.task.noise, model=st.model)
         return self._inter_abar
 
     def _solve_interpolating(self, alpha: float) -> SEResult:
@@ -457,7 +461,12 @@ class StateEvolution:
             m = r * s * self.q0
             delta, eps, rank, it, resid, ok, msg = math.sqrt(delta2), 0.0, 1.0, 0, 0.0, True, ""
         else:
-            sol = solve_interpolating_phase(self.measure, qz, abar)
+            if self.problem.student.kappa < 1:
+                from .denoisers import solve_narrow_interpolating_phase
+
+                sol = solve_narrow_interpolating_phase(self.measure, qz, abar, self.problem.student.kappa)
+            else:
+                sol = solve_interpolating_phase(self.measure, qz, abar)
             delta, eps = sol["delta"], sol["eps"]
             q = r * r * sol["I"]
             m = r * sol["m_over_r"]
@@ -515,9 +524,17 @@ def solve_interpolating_phase(measure, qz: float, abar: float) -> dict[str, Any]
         eps = optimize.brentq(h, lo_y - 1.0, hi_y, xtol=1e-15, rtol=1e-14)
         return eps, fc.integrals(eps)
 
-    def g_eq(delta: float) -> float:
+    def g_raw(delta: float) -> tuple[float, float]:
         eps, si = eps_of(delta)
-        return qz - si.I + 2 * abar * delta**2 + eps * si.dI_deps
+        return qz - si.I + 2 * abar * delta**2 + eps * si.dI_deps, eps
+
+    def g_eq(delta: float) -> float:
+        # eps(delta) decreases through 0 at some delta_0; eps < 0 (a negative nuclear-norm multiplier) is
+        # not a lambda -> 0+ solution, and there G turns back up: count it as negative, so that a root with
+        # eps >= 0 is bracketed even when G > 0 again at the next grid point (within ~1e-3 of the
+        # threshold); a bracket that only holds the jump at delta_0 is rejected below (residual check).
+        g, eps = g_raw(delta)
+        return g if eps >= 0 else -(1.0 + abs(g))
 
     nan = float("nan")
     if not 0 < abar < 0.5:
@@ -545,7 +562,15 @@ def solve_interpolating_phase(measure, qz: float, abar: float) -> dict[str, Any]
                 "message": "no interpolating solution (above the interpolation threshold?)"}
     delta, rr = optimize.brentq(g_eq, b, nb, xtol=1e-14, rtol=1e-13, full_output=True)
     eps, si = eps_of(delta)
-    resid = abs(g_eq(delta))
+    resid = abs(g_raw(delta)[0])
+    if eps < 0 or resid > 1e-8 * max(1.0, qz):  # only the jump at eps = 0: no solution with eps >= 0
+        if qz == q0:
+            return {"delta": 0.0, "eps": 0.0, "I": q0, "m_over_r": q0, "rank": float("nan"),
+                    "trace": measure.moment(1), "iterations": 0, "residual": 0.0, "converged": True,
+                    "message": "perfect recovery (delta = 0)"}
+        return {"delta": nan, "eps": nan, "I": nan, "m_over_r": nan, "rank": nan, "trace": nan,
+                "iterations": rr.iterations, "residual": resid, "converged": False,
+                "message": "no interpolating solution with eps >= 0 (above the interpolation threshold?)"}
     m_over_r = si.I - 0.5 * delta * si.dI_ddelta - 0.5 * eps * si.dI_deps
     return {"delta": delta, "eps": eps, "I": si.I, "m_over_r": m_over_r, "rank": si.rank,
             "trace": -0.5 * si.dI_deps, "iterations": rr.iterations, "residual": resid,
