@@ -10,8 +10,14 @@ import pytest
 
 from tiedattention.problem import Problem
 from tiedattention.targets import parse_target
-from tiedattention.theory.denoisers import matrix_update
+from tiedattention.theory.denoisers import (
+    matrix_update,
+    narrow_interpolation_alpha_bar,
+    solve_narrow_interpolating_phase,
+)
 from tiedattention.theory.spectral import FreeConvolution
+from tiedattention.theory.state_evolution import StateEvolution, solve_interpolating_phase
+from tiedattention.theory.thresholds import interpolation_threshold
 
 
 def _goe(d, rng):
@@ -64,3 +70,50 @@ def test_narrow_denoiser_rank_and_monotonicity():
         assert ms.rank == pytest.approx(k, abs=1e-10)
     assert out[0].q < out[1].q < out[2].q
     assert out[0].trace < out[1].trace < out[2].trace
+
+
+def test_narrow_interpolating_phase_binds():
+    """lambda -> 0+ interpolating phase of a narrow student, kappa = 0.25 < rank of the wide phase (0.261 at
+    alpha_bar = 0.1): the rank is exactly kappa, eps > 0, and the two equations JG = alpha_bar,
+    Q' - J2 - 2 eps J1 + 2 alpha_bar delta^2 = 0 hold at the returned point (recomputed from a fresh
+    FreeConvolution; the solver uses JG's linearity in eps below the cut)."""
+    mu = parse_target("mp:0.5").measure()
+    qz = mu.q0 + 0.25
+    sol = solve_narrow_interpolating_phase(mu, qz, 0.1, 0.25)
+    assert sol["converged"] and sol["rank"] == pytest.approx(0.25, abs=1e-10) and sol["eps"] > 0
+    fc = FreeConvolution(mu, sol["delta"])
+    si = fc.integrals(sol["eps"], cut=fc.quantile(0.25))
+    j2, j1, jg = si.I, -0.5 * si.dI_deps, si.dI_ddelta / (4 * sol["delta"])
+    assert jg == pytest.approx(0.1, rel=1e-9)
+    assert qz - j2 - 2 * sol["eps"] * j1 + 2 * 0.1 * sol["delta"] ** 2 == pytest.approx(0.0, abs=1e-9)
+    assert sol["I"] > 0.8872  # the wide phase's I: the cut keeps fewer, larger eigenvalues at the same alpha_bar
+
+
+@pytest.mark.slow
+def test_narrow_lambda_to_zero_limit_and_threshold():
+    """The regular SE at lambda = 1e-4, 1e-5 approaches the lambda -> 0+ phase (kappa = 0.25, alpha = 0.08;
+    measured test errors 0.3920, 0.4003 -> 0.4049, gap shrinking ~2.8x per decade); the narrow interpolation
+    threshold is the wide one when the cut cannot bind and lies below it for kappa = 0.25, where eps -> 0."""
+    mu = parse_target("mp:0.5").measure()
+    qz = mu.q0 + 0.25
+    wide_phase = solve_interpolating_phase(mu, qz, 0.1)
+    assert wide_phase["rank"] < 0.3  # kappa = 0.3 cannot bind: the narrow solver must give the same point
+    near = solve_narrow_interpolating_phase(mu, qz, 0.1, 0.3)
+    for key in ("delta", "eps", "I", "m_over_r", "rank", "trace"):
+        assert near[key] == pytest.approx(wide_phase[key], rel=1e-9)
+    base = dict(target="mp:0.5", kappa=0.25)
+    phase = StateEvolution(Problem.from_options(**base, lam=0.0)).solve(0.08)
+    assert phase.phase == "interpolating" and phase.converged and phase.train_error == 0.0
+    gaps = []
+    for lam in (1e-4, 1e-5):
+        r = StateEvolution(Problem.from_options(**base, lam=lam)).solve(0.08)
+        assert r.converged and r.phase == "regular"
+        gaps.append(abs(r.test_error - phase.test_error))
+        assert r.delta < phase.delta and r.eps > phase.eps  # approached from one side
+    assert gaps[1] < gaps[0] / 2 and gaps[1] < 0.01
+    wide = interpolation_threshold(mu, 0.5)
+    assert narrow_interpolation_alpha_bar(mu, 0.5, 0.999) == pytest.approx(wide, rel=1e-9)
+    th = narrow_interpolation_alpha_bar(mu, 0.5, 0.25)
+    assert 0 < th < wide
+    eps = [solve_narrow_interpolating_phase(mu, mu.q0 + 0.25, th * f, 0.25)["eps"] for f in (0.9, 0.99, 0.999)]
+    assert eps[0] > eps[1] > eps[2] > 0 and eps[2] < 0.02

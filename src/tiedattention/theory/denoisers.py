@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import optimize
 
 from ..problem import Problem
 from .spectral import FreeConvolution
 
-__all__ = ["MatrixSide", "matrix_update", "RIDGE_FACTOR"]
+__all__ = ["MatrixSide", "matrix_update", "RIDGE_FACTOR", "narrow_interpolation_alpha_bar",
+           "solve_narrow_interpolating_phase"]
 
 # the ridge penalty lambda d ||S||_F^2 enters the denoiser as 2 * lambda (1/d) Tr S^2 -> 4 lambda S
 RIDGE_FACTOR = 4.0
@@ -82,3 +87,106 @@ def _spectral_side(si, m_hat: float, sigma_hat: float, delta: float, eps: float)
     m = scale * (j2 + eps * j1 - 2.0 * delta**2 * jg)
     sigma = 2.0 * jg / sigma_hat
     return MatrixSide(q, m, sigma, delta, eps, si.rank, scale * j1, si.error, si.cut if si.cut is not None else eps)
+
+
+# ------------------------------------------------------------------------------------------------
+# narrow students (kappa < 1) at lambda -> 0+: the interpolating phase (docs/theory/spectra.md section 2)
+# ------------------------------------------------------------------------------------------------
+def _narrow_j(fc: FreeConvolution, eps: float, y_kappa: float) -> tuple[float, float, float, Any]:
+    """J2 = int f^2 rho, J1 = int f rho, JG = int f rho Re g for f(y) = (y - eps) 1[y > max(eps, y_kappa)]."""
+    si = fc.integrals(eps, cut=y_kappa)
+    return si.I, -0.5 * si.dI_deps, si.dI_ddelta / (4.0 * fc.delta), si
+
+
+def _narrow_eps(fc: FreeConvolution, y_kappa: float, abar: float) -> tuple[float, Any]:
+    """eps with JG(delta, eps) = alpha_bar. JG decreases in eps (dJG/deps = -int_{y>c} rho Re g < 0: the
+    principal value over the top part of the spectrum is positive). While the cut binds (eps <= y_kappa, c =
+    y_kappa fixed) JG = A - eps B is linear in eps, so two evaluations give the root exactly; if it lies above
+    y_kappa the cut does not bind (c = eps) and the root is bracketed in [y_kappa, top edge] (Brent)."""
+    j_hi = _narrow_j(fc, y_kappa, y_kappa)[2]
+    if j_hi <= abar:  # the cut binds at the solution: linear in eps below y_kappa
+        j_lo = _narrow_j(fc, y_kappa - 1.0, y_kappa)[2]
+        slope = j_lo - j_hi  # B > 0
+        if not slope > 0:
+            raise FloatingPointError("narrow interpolating phase: JG does not decrease in eps")
+        eps = y_kappa - (abar - j_hi) / slope
+    else:
+        hi = fc.support()[-1][1]
+        eps = optimize.brentq(lambda e: _narrow_j(fc, e, y_kappa)[2] - abar, y_kappa, hi, xtol=1e-15, rtol=1e-14)
+    return eps, _narrow_j(fc, eps, y_kappa)
+
+
+def narrow_interpolation_alpha_bar(measure, noise: float, kappa: float) -> float:
+    """alpha_bar at which the lambda -> 0+ training error of a rank-kappa d student leaves zero.
+
+    The end of the narrow interpolating phase (eps -> 0): with c = max(0, y_kappa(delta)) and the J's of
+    f(y) = y 1[y > c], the root delta* of H(delta) = J2 - 2 delta^2 JG - Q0 - Delta/2, then alpha_bar = JG(delta*)
+    (for c = 0 this is the wide threshold of thresholds.interpolation_threshold). H(0+) = int_{y>c} y^2 dmu - Q0
+    - Delta/2 < 0; the first sign change on a geometric grid is refined by Brent. 0 if H never changes sign.
+    """
+    q_target = measure.q0 + noise / 2.0
+
+    def h(delta: float) -> float:
+        fc = FreeConvolution(measure, delta)
+        j2, _, jg, _ = _narrow_j(fc, 0.0, fc.quantile(kappa))
+        return j2 - 2.0 * delta**2 * jg - q_target
+
+    grid = np.geomspace(1e-3, 1e3, 61)
+    if h(grid[0]) > 0:
+        raise FloatingPointError("narrow interpolation threshold: no bracket (H(0+) > 0)")
+    for lo, hi in zip(grid[:-1], grid[1:], strict=True):
+        if h(hi) > 0:
+            delta = optimize.brentq(h, lo, hi, xtol=1e-14, rtol=1e-13)
+            fc = FreeConvolution(measure, delta)
+            return float(_narrow_j(fc, 0.0, fc.quantile(kappa))[2])
+    return 0.0
+
+
+def solve_narrow_interpolating_phase(measure, qz: float, abar: float, kappa: float) -> dict[str, Any]:
+    """Narrow student (kappa < 1), lambda -> 0+, below its interpolation threshold: find (delta, eps).
+
+    As for kappa >= 1 (state_evolution.md section 3) the conjugates vanish like lambda with m_hat/sigma_hat =
+    r = beta0/beta, delta^2 = (r^2 Q' - 2 r m + q)/(2 alpha_bar r^2) and eps = lambda Sigma/(alpha_bar r) finite.
+    With the rank-cut denoiser f(y) = (y - eps) 1[y > c], c = max(eps, y_kappa(delta)), q = r^2 J2,
+    m = r (J2 + eps J1 - 2 delta^2 JG), Sigma sigma_hat = 2 JG = 2 alpha_bar, the two equations are
+
+        JG(delta, eps) = alpha_bar,    G(delta) = Q' - J2 - 2 eps J1 + 2 alpha_bar delta^2 = 0
+
+    (with c = eps they are the kappa >= 1 equations dI/ddelta = 4 delta alpha_bar, Q' - I + 2 alpha_bar delta^2
+    + eps dI/deps = 0). Inner: eps(delta) by Brent (JG is monotone in eps); outer: the first sign change of G
+    (G(0+) = Delta/2 > 0) on a geometric grid (factor 2.15), then Brent. Returns the keys of
+    ``state_evolution.solve_interpolating_phase`` (I = J2, m_over_r = m/r, rank = kappa when the cut binds).
+    """
+    nan = float("nan")
+    fail = {"delta": nan, "eps": nan, "I": nan, "m_over_r": nan, "rank": nan, "trace": nan, "iterations": 0,
+            "residual": nan, "converged": False}
+    if not 0 < abar < 0.5:
+        return {**fail, "message": "interpolating phase needs 0 < alpha_bar < 1/2"}
+
+    def solve_at(delta: float):
+        fc = FreeConvolution(measure, delta)
+        eps, (j2, j1, jg, si) = _narrow_eps(fc, fc.quantile(kappa), abar)
+        return eps, j2, j1, jg, si
+
+    def g_eq(delta: float) -> float:
+        eps, j2, j1, _, _ = solve_at(delta)
+        return qz - j2 - 2.0 * eps * j1 + 2.0 * abar * delta**2
+
+    grid = np.geomspace(1e-3, 1e3, 19)  # G > 0 below its first root, < 0 above; Brent does the rest
+    bracket = None
+    g_prev = g_eq(grid[0])
+    for lo_d, hi_d in zip(grid[:-1], grid[1:], strict=True):
+        g_next = g_eq(hi_d)
+        if g_prev > 0 >= g_next:
+            bracket = (lo_d, hi_d)
+            break
+        g_prev = g_next
+    if bracket is None:
+        return {**fail, "message": "no narrow interpolating solution (above the interpolation threshold?)"}
+    delta, rr = optimize.brentq(g_eq, *bracket, xtol=1e-14, rtol=1e-13, full_output=True)
+    eps, j2, j1, jg, si = solve_at(delta)
+    resid = abs(g_eq(delta))
+    ok = bool(rr.converged) and eps >= 0.0
+    return {"delta": delta, "eps": eps, "I": j2, "m_over_r": j2 + eps * j1 - 2.0 * delta**2 * jg, "rank": si.rank,
+            "trace": j1, "iterations": rr.iterations, "residual": resid, "converged": ok,
+            "message": "" if ok else f"narrow interpolating phase: eps = {eps:.3g} < 0 (above the threshold)"}
