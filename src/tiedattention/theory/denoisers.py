@@ -168,9 +168,15 @@ def solve_narrow_interpolating_phase(measure, qz: float, abar: float, kappa: flo
         eps, (j2, j1, jg, si) = _narrow_eps(fc, fc.quantile(kappa), abar)
         return eps, j2, j1, jg, si
 
-    def g_eq(delta: float) -> float:
+    def g_raw(delta: float) -> tuple[float, float]:
         eps, j2, j1, _, _ = solve_at(delta)
-        return qz - j2 - 2.0 * eps * j1 + 2.0 * abar * delta**2
+        return qz - j2 - 2.0 * eps * j1 + 2.0 * abar * delta**2, eps
+
+    def g_eq(delta: float) -> float:
+        # as in state_evolution.solve_interpolating_phase: eps < 0 is no lambda -> 0+ solution and G turns
+        # back up there, so it counts as negative (a bracket holding only the jump is rejected below)
+        g, eps = g_raw(delta)
+        return g if eps >= 0 else -(1.0 + abs(g))
 
     grid = np.geomspace(1e-3, 1e3, 19)  # G > 0 below its first root, < 0 above; Brent does the rest
     bracket = None
@@ -185,8 +191,9 @@ def solve_narrow_interpolating_phase(measure, qz: float, abar: float, kappa: flo
         return {**fail, "message": "no narrow interpolating solution (above the interpolation threshold?)"}
     delta, rr = optimize.brentq(g_eq, *bracket, xtol=1e-14, rtol=1e-13, full_output=True)
     eps, j2, j1, jg, si = solve_at(delta)
-    resid = abs(g_eq(delta))
-    ok = bool(rr.converged) and eps >= 0.0
+    resid = abs(g_raw(delta)[0])
+    ok = bool(rr.converged) and eps >= 0.0 and resid <= 1e-8 * max(1.0, qz)
     return {"delta": delta, "eps": eps, "I": j2, "m_over_r": j2 + eps * j1 - 2.0 * delta**2 * jg, "rank": si.rank,
             "trace": j1, "iterations": rr.iterations, "residual": resid, "converged": ok,
-            "message": "" if ok else f"narrow interpolating phase: eps = {eps:.3g} < 0 (above the threshold)"}
+            "message": "" if ok else f"no narrow interpolating solution with eps >= 0 (eps = {eps:.3g}, residual "
+                                     f"{resid:.1e}: above the threshold?)"}
