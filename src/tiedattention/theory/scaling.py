@@ -2,9 +2,11 @@ r"""Power-law targets: scaling laws of the excess test error (docs/theory/scalin
 
 Two routes to the curve e_test(n) - e_0 for a power-law target theta_i = C i^{-gamma} (Q0 = 1):
 
-* **finite d** (:func:`finite_d_curve`): the state evolution (SE) at dimension d along alpha = n/d^2, with a
-  lambda rule per point (optimal: bounded Brent minimisation of the test error over log lambda, warm started;
-  fixed; power);
+* **finite d** (:func:`finite_d_curve`, :func:`finite_d_points`): the state evolution (SE) at dimension d along
+  alpha = n/d^2, with a lambda rule per point (optimal: minimise the test error over r = eps/delta; fixed;
+  power). The default route (:class:`FastFiniteD`) builds the spectral side from a few exact free convolutions
+  in delta (one :class:`~.spectral.ThresholdFamily` each, interpolated in t = delta^2 with the exact heat-flow
+  derivatives) and continues (x, delta, r) along the curve; the plain route solves a fresh SE per lambda;
 * **scaling limit** (:class:`ScalingLimit`, ``d = inf``): d -> infinity at fixed nu = n/d = alpha d with
   lambda = lambda_t / sqrt(d). In these variables (units of sqrt(d) for eigenvalues)
 
