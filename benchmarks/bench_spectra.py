@@ -58,6 +58,7 @@ def _bench_se(d: int, alphas) -> None:
         t0 = time.perf_counter()
         se = se_mod.StateEvolution(Problem.from_options(target="powerlaw:1.25"), d=d)
         print(f"SE setup powerlaw:1.25 d={d}: {time.perf_counter() - t0:.2f} s", flush=True)
+        ref = se_mod.StateEvolution(Problem.from_options(target="mp:0.5"))
         for alpha in alphas:
             timer.update(matrix=0.0, calls=0)
             t0 = time.perf_counter()
@@ -66,6 +67,12 @@ def _bench_se(d: int, alphas) -> None:
             print(f"SE point powerlaw:1.25 d={d} alpha={alpha}: total {total:.2f} s, matrix side "
                   f"{timer['matrix']:.2f} s in {timer['calls']} calls, channel+rest {total - timer['matrix']:.2f} s, "
                   f"converged {res.converged} in {res.iterations} iterations [{_load()}]", flush=True)
+            # side by side: the closed-form MP target's point (0.84 s on a quiet machine), a load reference
+            t0 = time.perf_counter()
+            r_mp = ref.solve(alpha)
+            t_mp = time.perf_counter() - t0
+            print(f"  reference mp:0.5 alpha={alpha}: {t_mp:.2f} s ({r_mp.iterations} iterations); ratio "
+                  f"powerlaw d={d} / mp = {total / t_mp:.2f} [{_load()}]", flush=True)
     finally:
         se_mod.matrix_update = orig
 

@@ -1,6 +1,9 @@
 """Theory against finite-size training (slow: run with ``pytest -m slow tests/test_spectrum_sim.py``).
 
-Same checks as benchmarks/spectra_device.py (numbers in docs/theory/spectra.md section 5), at CPU sizes.
+Same checks as benchmarks/spectra_device.py (numbers in docs/theory/spectra.md section 5), at CPU sizes. Where the
+finite-size bias at the issue's d is larger than the statistical error (the direct model at alpha = 0.5, the
+learned outliers of spikes 10, 8, 6.5 on MP(0.2)), the check extrapolates in 1/d like tests/test_agreement.py:
+a weighted fit a + b/d over several d, with the intercept required within its error bars of the SE.
 """
 
 import numpy as np
@@ -14,8 +17,18 @@ pytestmark = pytest.mark.slow
 sim = pytest.importorskip("tiedattention.simulation")
 
 
+def _extrapolate(dims, values, sems):
+    """Weighted least squares of y = a + b/d; returns a and its standard error."""
+    x = 1.0 / np.asarray(dims, float)
+    w = 1.0 / np.asarray(sems, float) ** 2
+    design = np.stack([np.ones_like(x), x], axis=1)
+    cov = np.linalg.inv(design.T @ (design * w[:, None]))
+    coef = cov @ design.T @ (w * np.asarray(values, float))
+    return float(coef[0]), float(np.sqrt(cov[0, 0]))
+
+
 @pytest.mark.parametrize("alpha", [0.1, 0.5])
-def test_learned_spectrum_against_training_mp(alpha):
+def test_learned_spectrum_against_training_mp(alpha, torch_one_thread):
     """MP kappa0 = 0.5, Delta = 0.5, lambda = 0.01, T = 2, d = 200, 4 seeds (proximal gradient = the ERM):
     rank fraction within 0.02, largest singular value within 3 %, Kolmogorov distance < 0.05."""
     p = Problem.from_options(target="mp:0.5")
@@ -32,11 +45,12 @@ def test_learned_spectrum_against_training_mp(alpha):
 @pytest.mark.parametrize(
     "model,kappa,alpha",
     [("factorized", 0.25, 0.1), ("factorized", 0.25, 0.5), ("factorized", 0.25, 4.0),
-     ("direct", 1.0, 0.1), ("direct", 1.0, 0.5), ("direct", 1.0, 2.0)],
+     ("direct", 1.0, 0.1), ("direct", 1.0, 2.0)],
 )
-def test_narrow_and_direct_test_error_against_training(model, kappa, alpha):
+def test_narrow_and_direct_test_error_against_training(model, kappa, alpha, torch_one_thread):
     """kappa = 0.25 < kappa0 = 0.5 (the rank constraint binds) and the direct (ridge) model: SE test error
-    within two standard errors of d = 100 training (8 seeds)."""
+    within two standard errors of d = 100 training (8 seeds). The direct model at alpha = 0.5 is checked by
+    extrapolation below."""
     p = Problem.from_options(target="mp:0.5", kappa=kappa, model=model)
     res = StateEvolution(p).solve(alpha)
     assert res.converged
@@ -45,22 +59,93 @@ def test_narrow_and_direct_test_error_against_training(model, kappa, alpha):
     assert abs(rec["test_error_mean"] - res.test_error) <= 2 * sem + 1e-3
 
 
-@pytest.mark.parametrize("spec", ["spikes:4,2.5,1.5", "spikes:10,8,6.5+mp:0.2"])
-@pytest.mark.parametrize("alpha", [0.02, 0.1])
-def test_outliers_and_overlaps_against_training(spec, alpha):
-    """Learned outlier eigenvalues and eigenvector overlaps with the target within 0.05 (d = 400, 3 seeds)."""
-    d = 400
-    p = Problem.from_options(target=spec)
-    sp = learned_spectrum(p, alpha, d=d)
+def test_direct_model_alpha_half_is_the_large_d_limit(torch_one_thread):
+    """Direct model, alpha = 0.5 (alpha_bar = 1, twice its interpolation threshold): the prox minimiser's test error
+    at d = 50 / 100 / 200 (16 / 8 / 8 seeds, 10^4 test sequences each) was measured 0.16162 +- 0.00073,
+    0.15984 +- 0.00095, 0.15687 +- 0.00096 against the SE's 0.15599: a finite-size bias of 0.0039 (4 standard
+    errors) at d = 100, hence the failure of a d = 100 check; the 1/d fit's intercept 0.15605 +- 0.00113 agrees
+    with the SE (same ridge constant 4: 3 or 5 give 0.16046 / 0.15334)."""
+    p = Problem.from_options(target="mp:0.5", model="direct")
+    th = StateEvolution(p).solve(0.5)
+    assert th.converged
+    dims, means, sems = [], [], []
+    for d, seeds in ((50, 16), (100, 8), (200, 8)):
+        rec = sim.simulate_record(p, 0.5, d, seeds=seeds, solver="prox", n_test=10_000)
+        dims.append(d)
+        means.append(rec["test_error_mean"])
+        sems.append(rec["test_error_sem"])
+    a, se_a = _extrapolate(dims, means, sems)
+    assert abs(a - th.test_error) <= 2 * se_a, (th.test_error, a, se_a, list(zip(dims, means, sems, strict=True)))
+
+
+def _learned_outliers(p, alpha, d, seeds, k):
+    """Top k + 1 eigenvalues of S_hat and the squared overlaps of its top k eigenvectors with the target's
+    (matched by rank), one row per seed."""
     top, ov = [], []
-    for s in range(3):
+    for s in range(seeds):
         data = sim.sample_dataset(p, int(round(alpha * d * d)), d, s)
         tr = sim.train(p, data, solver="prox", seed=s)
         e, v = np.linalg.eigh(tr.S_hat)
         _, v0 = np.linalg.eigh(data.S0)
-        top.append(e[::-1][:3])
-        ov.append([(v[:, -1 - i] @ v0[:, -1 - i]) ** 2 for i in range(3)])
+        top.append(e[::-1][: k + 1])
+        ov.append([(v[:, -1 - i] @ v0[:, -1 - i]) ** 2 for i in range(k)])
+    return np.array(top), np.array(ov)
+
+
+def test_outliers_and_overlaps_extrapolated(torch_one_thread):
+    """Spikes 10, 8, 6.5 on MP(0.2), alpha = 0.1: the three learned outliers and their overlaps with the target
+    eigenvectors, theory at each d (the spikes are atoms of mass 1/d) against training at d = 100 / 200 / 400
+    (8 / 6 / 3 seeds). Measured gaps simulation - theory of the top outlier -0.18 / -0.08 / -0.13 (one sample
+    fluctuates by s delta sqrt(2/d) ~ 0.09 at d = 400, so 3 seeds cannot resolve 0.05 there); the 1/d fit of
+    each gap must have an intercept within 3 standard errors of 0 (6 quantities: 3 sigma keeps the chance of a
+    false alarm ~2 %)."""
+    p = Problem.from_options(target="spikes:10,8,6.5+mp:0.2")
+    dims, gaps, sems = [], [], []
+    for d, seeds in ((100, 8), (200, 6), (400, 3)):
+        sp = learned_spectrum(p, 0.1, d=d)
+        rec = [o for o in sp.outliers if o.recovered]
+        assert len(rec) == 3
+        top, ov = _learned_outliers(p, 0.1, d, seeds, 3)
+        theory = np.array([o.eigenvalue for o in rec] + [o.overlap for o in rec])
+        got = np.concatenate([top[:, :3], ov], axis=1)
+        dims.append(d)
+        gaps.append(got.mean(axis=0) - theory)
+        sems.append(got.std(axis=0, ddof=1) / np.sqrt(seeds))
+    gaps, sems = np.array(gaps), np.array(sems)
+    for j in range(6):
+        a, se_a = _extrapolate(dims, gaps[:, j], sems[:, j])
+        assert abs(a) <= 3 * se_a, (j, a, se_a, gaps[:, j], sems[:, j])
+
+
+@pytest.mark.parametrize("spec,n_rec", [("spikes:4,2.5,1.5", 1), ("spikes:10,8,6.5+mp:0.2", 2)])
+def test_outlier_count_at_small_alpha(spec, n_rec, torch_one_thread):
+    """alpha = 0.02, d = 400 (3 seeds): the theory recovers only the spikes with delta < delta_c (the finite-d
+    detachment of the bump, docs/theory/spectra.md section 4): theta = 4 on zeros (2.5 has delta = 2.104 against
+    delta_c = 2.047, inside the finite-d BBP window; 1.5 < delta), and 10, 8 on MP(0.2) (delta = 4.88 against
+    delta_c(6.5) = 4.43). The test's old expectation of three outliers was wrong. In training the recovered ones
+    stand above the theory's bulk edge by more than 3 standard errors, the first non-recovered one does not, and
+    its overlap is below every recovered one's."""
+    d = 400
+    p = Problem.from_options(target=spec)
+    sp = learned_spectrum(p, 0.02, d=d)
+    rec = [o for o in sp.outliers if o.recovered]
+    assert len(rec) == n_rec
+    edge = sp.bulks[-1][1]
+    top, ov = _learned_outliers(p, 0.02, d, 3, n_rec + 1)
+    mean, sem = top.mean(axis=0), top.std(axis=0, ddof=1) / np.sqrt(3)
+    assert np.all(mean[:n_rec] - 3 * sem[:n_rec] > edge)
+    assert mean[n_rec] - 3 * sem[n_rec] < edge
+    assert ov.mean(axis=0)[n_rec] < ov.mean(axis=0)[:n_rec].min()
+
+
+def test_outliers_on_zeros_at_d400(torch_one_thread):
+    """Spikes 4, 2.5, 1.5 on zeros, alpha = 0.1, d = 400 (3 seeds, fixed): learned outlier eigenvalues and
+    overlaps within 0.05 of the theory (the issue's check; one sample fluctuates by s delta sqrt(2/d) ~ 0.08)."""
+    d = 400
+    p = Problem.from_options(target="spikes:4,2.5,1.5")
+    sp = learned_spectrum(p, 0.1, d=d)
     rec = [o for o in sp.outliers if o.recovered]
     assert len(rec) == 3
-    np.testing.assert_allclose(np.mean(top, axis=0), [o.eigenvalue for o in rec], atol=0.05)
-    np.testing.assert_allclose(np.mean(ov, axis=0), [o.overlap for o in rec], atol=0.05)
+    top, ov = _learned_outliers(p, 0.1, d, 3, 3)
+    np.testing.assert_allclose(top[:, :3].mean(axis=0), [o.eigenvalue for o in rec], atol=0.05)
+    np.testing.assert_allclose(ov.mean(axis=0), [o.overlap for o in rec], atol=0.05)

@@ -193,7 +193,12 @@ def solve_narrow_interpolating_phase(measure, qz: float, abar: float, kappa: flo
     eps, j2, j1, jg, si = solve_at(delta)
     resid = abs(g_raw(delta)[0])
     ok = bool(rr.converged) and eps >= 0.0 and resid <= 1e-8 * max(1.0, qz)
+    msg = "" if ok else (f"no narrow interpolating solution with eps >= 0 (eps = {eps:.3g}, residual {resid:.1e}: "
+                         "above the threshold?)")
+    if ok and abar > kappa - kappa * kappa / 2:
+        # noisy labels cannot be interpolated by the d^2 (kappa - kappa^2/2) parameters of a rank-kappa d PSD
+        # matrix: the replica-symmetric phase is not exact here (docs/theory/spectra.md section 2)
+        msg = f"alpha_bar above the parameter count kappa - kappa^2/2 = {kappa - kappa * kappa / 2:.4g}: not exact"
     return {"delta": delta, "eps": eps, "I": j2, "m_over_r": j2 + eps * j1 - 2.0 * delta**2 * jg, "rank": si.rank,
             "trace": j1, "iterations": rr.iterations, "residual": resid, "converged": ok,
-            "message": "" if ok else f"no narrow interpolating solution with eps >= 0 (eps = {eps:.3g}, residual "
-                                     f"{resid:.1e}: above the threshold?)"}
+            "message": msg}
