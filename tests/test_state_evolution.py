@@ -217,3 +217,18 @@ def test_interpolating_phase_up_to_the_threshold():
     mse = [mu.q0 - 2 * s["m_over_r"] + s["I"] for s in near]
     assert mse[1] > mse[0]
     assert not solve_interpolating_phase(mu, mu.q0 + 0.25, inter + 1e-4)["converged"]
+
+
+@pytest.mark.slow
+def test_just_above_the_zero_phase_converges():
+    """lambda = 0.01, alpha = 3e-4 (between the zero phase, alpha <= 5e-5, and alpha ~ 3e-3): the map is steep
+    and repelling there and Anderson stalls at residual O(1); the hybr fallback finds the fixed point. A
+    genuine one: tiny residual, a small non-zero estimator, test error near uniform attention."""
+    se = StateEvolution(Problem.from_options())
+    r = se.solve(3e-4)
+    assert r.converged and r.residual <= 1e-10 and r.phase == "regular"
+    assert 0 < r.rank < 0.02 and 0 < r.q < 0.05
+    x = r.x
+    fx, _, _ = se._map(3e-4, x, final=True)
+    assert np.max(np.abs(fx / x - 1)) < 1e-9  # F(x) = x in the original coordinates
+    assert r.test_error == pytest.approx(se.channel_final.uniform_error(), abs=0.01)

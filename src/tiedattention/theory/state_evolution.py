@@ -108,6 +108,9 @@ class StateEvolution:
         (default 2 replicas of 2^(qmc_log2 - 3) points, ``coarse_options`` overrides) until its residual
         is below ``coarse_tol``, then continues with the accurate rule from there; ``coarse_options=False``
         disables the coarse stage. Gauss-Hermite rules (T = 2) iterate with one rule, unchanged.
+    root_fallback : bool
+        when the Anderson iteration fails (and the point is not within the quadrature floor), try MINPACK
+        hybr on F(y) - y from the best and from the starting point (needed just above the zero phase).
     warm_start : bool
         QMC rules only: every channel evaluation starts each node's Newton prox at the minimiser of the
         previous evaluation of the same solve (``SoftmaxChannel.moments(warm=...)``); a solve is still
@@ -130,6 +133,7 @@ class StateEvolution:
         coarse_options: dict | bool | None = None,
         coarse_tol: float = 1e-3,
         warm_start: bool = True,
+        root_fallback: bool = True,
     ):
         self.problem = problem
         self.measure = problem.task.target.measure(d)
@@ -169,6 +173,7 @@ class StateEvolution:
         self.channel_final = SoftmaxChannel(params, **{**options, "estimate_error": True})
         self._qmc = self.channel.rule == "qmc"
         self.coarse_tol = float(coarse_tol)
+        self.root_fallback = bool(root_fallback)
         self.warm_start = bool(warm_start) and self._qmc
         self.channel_coarse = None
         if self._qmc and coarse_options is not False:
@@ -276,8 +281,10 @@ class StateEvolution:
                 y = st["y"] if st["converged"] else st["best_y"]
                 # the coarse map's secant pairs approximate the accurate map's Jacobian: seed Anderson
                 prior = st["pairs"]
+            y_start = y
             st = self._iterate(alpha, y, self.tol, prior=prior)
         else:
+            y_start = y
             st = self._iterate(alpha, y, self.tol)
         it, converged, message, resid = st["it"] + it0, st["converged"], st["message"], st["resid"]
         y = st["y"]
@@ -307,7 +314,43 @@ class StateEvolution:
             if np.isfinite(floor) and resid <= min(self.floor_factor * floor, self.max_floor):
                 converged = True
                 message = f"converged to the quadrature accuracy (residual {resid:.1e}, quadrature error {floor:.1e})"
+        if not converged and self.root_fallback:
+            # Anderson fails where the map is steep and repelling (just above the zero phase: docs); a
+            # dogleg root finder on F(y) - y gets there from the stalled or the starting point
+            for y0 in (st["best_y"], y_start):
+                sol = self._hybr(alpha, y0)
+                it += sol["nfev"]
+                if sol["converged"]:
+                    y, resid = sol["y"], sol["resid"]
+                    x = self._to_x(y)
+                    fx, ch, ms = self._map(alpha, x, final=True)
+                    cold = float(np.max(np.abs(self._to_y(fx) - y))) if fx[0] > 0 and fx[2] > 0 else np.inf
+                    resid = max(resid, cold) if self.warm_start else resid
+                    if resid <= self.tol:
+                        converged = True
+                        message = f"converged by the hybr fallback after Anderson ({message})"
+                        break
         return self._observables(alpha, x, ch, ms, converged, it, resid, message)
+
+    def _hybr(self, alpha: float, y0: np.ndarray) -> dict[str, Any]:
+        """MINPACK hybr (Powell dogleg; forward-difference Jacobian of the map, then Broyden updates) on
+        F(y) - y in the solver's coordinates; the map's own value decides convergence (residual <= tol)."""
+        nfev = 0
+
+        def fun(y: np.ndarray) -> np.ndarray:
+            nonlocal nfev
+            nfev += 1
+            try:
+                gy, _, _ = self._g(alpha, y)
+            except (FloatingPointError, ParameterError):
+                return np.full(3, 1e3)
+            return gy - y
+
+        sol = optimize.root(fun, y0, method="hybr", options={"xtol": 1e-14, "maxfev": 200})
+        f = fun(sol.x)
+        resid = float(np.max(np.abs(f)))
+        return {"y": sol.x + f, "resid": resid, "converged": bool(np.isfinite(resid) and resid <= self.tol),
+                "nfev": nfev}
 
     def _iterate(self, alpha: float, y: np.ndarray, tol: float, prior=None) -> dict[str, Any]:
         """Damped Anderson iteration of the map (current stage's channel) from y until residual <= tol.
