@@ -260,6 +260,12 @@ class StateEvolution:
         return self._observables(alpha, x, ch, ms, True, 1, 0.0, "", phase="zero")
 
     def _solve_regular(self, alpha: float, init) -> SEResult:
+        try:
+            return self._solve_regular_staged(alpha, init)
+        finally:  # outside a solve, _map is the plain cold map (amp.py uses it)
+            self._stage, self._warm_fine = (self.channel, None), None
+
+    def _solve_regular_staged(self, alpha: float, init) -> SEResult:
         self._warm_fine = {} if self.warm_start else None
         self._stage = (self.channel, self._warm_fine)
         zero = self._zero_phase(alpha)
