@@ -93,6 +93,29 @@ def test_estimator_identities_on_random_matrices(seed):
         decompose_matrices(S_hat, S0, c, n_outliers=p + 1)
 
 
+def test_estimate_record_limits():
+    """The estimator record on an MP sample (its Q0_d differs from Q0: the per-sample channel): S_hat = c_inf S0
+    has no over/under/approx and a mismatch equal to that of the ray; S_hat = 0 is all under-fitting."""
+    from tiedattention.theory.decomposition import estimate_record
+
+    p = Problem.from_options(target="mp:0.5")
+    se = StateEvolution(p, channel_options={"order": 8})
+    d = 80
+    S0 = p.task.target.sample(d, np.random.default_rng(0))
+    c = 0.876
+    r = estimate_record(se, c * S0, S0, c, 0)
+    assert r["q0"] != se.q0
+    assert r["dist"] == pytest.approx(0.0, abs=1e-12)
+    for k in PARTS:
+        assert r[f"E_{k}"] == pytest.approx(0.0, abs=1e-12) and r[f"mse_{k}"] == pytest.approx(0.0, abs=1e-12)
+    assert 0 <= r["E_mismatch"] < 1e-4  # c is within 1e-3 of the ray minimiser
+    assert r["E_mismatch_clean"] > 1e-3
+    z = estimate_record(se, np.zeros((d, d)), S0, c, 3)  # k* larger than the rank: clamped
+    assert z["n_outliers_used"] == 0
+    assert z["E_under"] == pytest.approx(z["e_test_qm"] - z["e_0"] - z["E_mismatch"], abs=1e-12)
+    assert z["E_over"] == 0 and z["E_approx"] == 0
+
+
 def test_shapley_is_exact_and_symmetric():
     v = {frozenset(): 0.0, frozenset("a"): 1.0, frozenset("b"): 2.0, frozenset("c"): 0.0,
          frozenset("ab"): 5.0, frozenset("ac"): 1.0, frozenset("bc"): 2.0, frozenset("abc"): 6.0}

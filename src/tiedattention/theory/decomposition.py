@@ -239,6 +239,9 @@ def spectral_parts(problem: Problem, measure: SpectralMeasure, res: SEResult, c:
                    max_outlier_weight: float = 0.01, rtol: float = 1e-10) -> dict[str, Any]:
     """The parts at a solved SE point (regular, interpolating or zero phase), by quadrature over rho_delta.
 
+    An atom of mu counts as a possible outlier when its weight is <= max_outlier_weight (as in
+    :mod:`.spectrum`): list targets need d >= 100 at the default 0.01.
+
     Returns c, q0, q, m (recomputed from the spectrum: they equal res.q, res.m at a converged point), dist,
     dist_{over,under,approx} (>= 0, exact sum = dist), mse, mse_{over,under,approx}, mse_mismatch (exact sum =
     mse), pairs {part: (dq, dm)}, k_star, tail (rank-p tail of S0), a_null (target energy in the null space)."""
@@ -449,7 +452,11 @@ def estimate_record(se: StateEvolution, S_hat: np.ndarray, S0: np.ndarray, c_inf
     Q0_d (the test error of S_hat against this S0 is e(q, m) with teacher variance Q0_d)."""
     d = S0.shape[0]
     rank = se.problem.student.width(d) if se.problem.student.model == "factorized" else d
-    parts = decompose_matrices(S_hat, S0, c_inf, n_outliers=n_outliers, rank=rank, smooth=smooth)
+    lam = np.linalg.eigvalsh(0.5 * (S_hat + S_hat.T))
+    top = float(np.max(np.abs(lam))) if lam.size else 0.0
+    live = int(np.sum(np.abs(lam) > 1e-6 * top)) if top > 0 else 0
+    k = min(int(n_outliers), live)  # a trained S_hat with fewer non-zero eigenvalues than k*: all are outliers
+    parts = decompose_matrices(S_hat, S0, c_inf, n_outliers=k, rank=rank, smooth=smooth)
     q0 = parts["q0"]
     if abs(q0 - se.q0) <= 1e-12 * se.q0:
         e0, _, e0c = saturation if saturation is not None else saturation_point(se)
@@ -472,7 +479,9 @@ def estimate_record(se: StateEvolution, S_hat: np.ndarray, S0: np.ndarray, c_inf
         r = se.problem.task.beta0 / se.problem.student.beta
         e0, e0c = _ray_min(e_fun, q0, r), _ray_min(ec_fun, q0, r)
     qz = q0 + se.problem.task.noise / 2
-    return _record(parts, e_fun, ec_fun, e0, e0c, qz, q0)
+    rec = _record(parts, e_fun, ec_fun, e0, e0c, qz, q0)
+    rec["n_outliers_used"] = k
+    return rec
 
 
 def goe(d: int, rng: np.random.Generator) -> np.ndarray:
