@@ -549,21 +549,33 @@ class FastFiniteD(StateEvolution):
     def test_error_at(self, x: np.ndarray) -> float:
         return self.channel.test_error(x[0], x[1])[0] + self.error_offset
 
-    # the optimal ratio ---------------------------------------------------------------------------
-    def solve_optimal(self, alpha: float, x0: np.ndarray, r0: float, h: float = 0.1, delta0: float | None = None,
-                      search_tol: float = 1e-8, r_min: float = 1e-3) -> tuple[SEResult | None, dict]:
-        """Minimise the test error over r = eps/delta at alpha, then solve the exact SE at the minimiser.
+    # the optimal lambda ----------------------------------------------------------------------------
+    def solve_optimal(self, alpha: float, x0: np.ndarray, v0: float, h: float = 0.25, delta0: float | None = None,
+                      search_tol: float = 1e-8, var: str = "loglam", r_min: float = 1e-3
+                      ) -> tuple[SEResult | None, dict]:
+        """Minimise the test error over v = log lambda (``var="loglam"``) or r = eps/delta (``var="ratio"``) at
+        alpha, then solve the exact SE at the minimiser.
 
-        The search runs on the nodes as they are (typically one node at the predicted delta): each trial r is a
-        fixed point with channel calls only, warm started from the nearest trial; a parabola through three
-        bracketing trials gives the minimiser. The error is quadratic in r there, so the O(dt^2) accuracy of the
-        nodes during the search moves the reported test error by far less than the residual tolerance's noise;
-        the returned point is the exact SE at the chosen r."""
+        The search runs on the nodes as they are (one node at ``delta0``, the predicted delta): each trial is a
+        fixed point with channel calls only, warm started from the other trials extrapolated in v; trials at
+        v0 and v0 +- h (walking by h until the middle one is lowest) give a parabola whose vertex is where the
+        exact SE is then solved. The error is quadratic in v there, so the O(dt^2) accuracy of the node during
+        the search moves the reported test error at second order only; the returned point is the exact SE.
+        log lambda is the better variable where the optimal lambda is small (small n: as lambda -> 0+ the ratio
+        eps/delta tends to a positive limit, so r resolves that end badly)."""
         self.nodes.clear()
         if delta0 is None:
             ch = self.channel.moments(alpha, *x0)
             delta0 = math.sqrt(ch.q_hat) / ch.m_hat
         self._add_node(delta0)
+        lower = r_min if var == "ratio" else -math.inf
+
+        def set_var(v: float) -> None:
+            if var == "ratio":
+                self.ratio = v
+            else:
+                self.ratio, self.lam = None, math.exp(v)
+
         trials: dict[float, tuple[float, np.ndarray]] = {}
 
         def start_for(r: float) -> np.ndarray:
@@ -579,11 +591,11 @@ class FastFiniteD(StateEvolution):
             return np.exp(np.log(xa) + w * (np.log(xa) - np.log(xb)))
 
         def ev(r: float) -> float:
-            r = max(r, r_min)
+            r = max(r, lower)
             if r in trials:
                 return trials[r][0]
             start = start_for(r)
-            self.ratio = r
+            set_var(r)
             out = self._fast_iterate(alpha, start, search_tol)
             if out is None:
                 trials[r] = (math.inf, start)
@@ -592,14 +604,15 @@ class FastFiniteD(StateEvolution):
             trials[r] = (self.test_error_at(x), x)
             return trials[r][0]
 
-        lo, mid, hi = max(r0 - h, r_min), r0, r0 + h
+        r0 = v0
+        lo, mid, hi = max(r0 - h, lower), r0, r0 + h
         e_mid, e_lo, e_hi = ev(mid), ev(lo), ev(hi)
         for _ in range(12):  # walk until the middle trial is the lowest
             if e_mid <= e_lo and e_mid <= e_hi:
                 break
-            if e_lo < e_mid and lo > r_min:
+            if e_lo < e_mid and lo > lower:
                 hi, e_hi, mid, e_mid = mid, e_mid, lo, e_lo
-                lo = max(lo - h, r_min)
+                lo = max(lo - h, lower)
                 e_lo = ev(lo)
             elif e_hi < e_mid:
                 lo, e_lo, mid, e_mid = mid, e_mid, hi, e_hi
@@ -614,9 +627,9 @@ class FastFiniteD(StateEvolution):
             cand = mid - 0.5 * num / den
             if lo < cand < hi:
                 r_star = cand
-        self.ratio = r_star
+        set_var(r_star)
         res = self.solve_fixed(alpha, start_for(r_star))
-        info = {"ratio": r_star, "trials": len(trials), "search": sorted((k, v[0]) for k, v in trials.items())}
+        info = {var: r_star, "trials": len(trials), "search": sorted((k, v[0]) for k, v in trials.items())}
         return res, info
 
 
@@ -749,39 +762,39 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
 
     fast = FastFiniteD(problem, d, **options)
     e0, c0 = saturation_error(fast)
-    hist: list[tuple[float, np.ndarray, float, float]] = []  # (log alpha, log x, log delta, ratio)
+    hist: list[tuple[float, np.ndarray, float, float]] = []  # (log alpha, log x, log delta, log lambda)
     out = []
     for alpha in sorted(float(a) for a in alphas):
         t0 = time.perf_counter()
         built0, calls0 = fast.nodes.built, fast.channel_calls
         la = math.log(alpha)
         if not hist:
-            x0, delta0, r0 = fast.initial_guess(), None, 1.0
+            x0, delta0, u0 = fast.initial_guess(), None, math.log(0.1 * math.sqrt(alpha))
         elif len(hist) == 1:
             x0 = np.exp(hist[-1][1])
             delta0 = math.exp(hist[-1][2] - 0.5 * (la - hist[-1][0]))  # delta^2 ~ 1/alpha
-            r0 = hist[-1][3]
+            u0 = hist[-1][3] + 0.5 * (la - hist[-1][0])  # lambda_opt ~ sqrt(q_hat) ~ sqrt(alpha)
         else:
-            (a0, x_0, d_0, r_0), (a1, x_1, d_1, r_1) = hist[-2], hist[-1]
+            (a0, x_0, d_0, u_0), (a1, x_1, d_1, u_1) = hist[-2], hist[-1]
             w = (la - a1) / (a1 - a0)
             x0 = np.exp(x_1 + w * (x_1 - x_0))
             delta0 = math.exp(d_1 + w * (d_1 - d_0))
-            r0 = max(r_1 + w * (r_1 - r_0), 0.05)
+            u0 = u_1 + w * (u_1 - u_0)
         res = None
         info: dict[str, Any] = {}
         lam = math.nan
         if rule.kind == "optimal":
-            if not hist:  # a plain solve from a cold start gives the search a point, and r0, at the right delta
-                first = StateEvolution(problem.replace_student(lam=0.1 * math.sqrt(alpha)), d=d, **options)
+            if not hist:  # a plain solve from a cold start gives the search a point at the right delta
+                first = StateEvolution(problem.replace_student(lam=math.exp(u0)), d=d, **options)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ConvergenceWarning)
                     first = first.solve(alpha)
                 if first.converged and first.phase == "regular":
-                    x0, delta0, r0 = first.x, first.delta, first.eps / first.delta
+                    x0, delta0 = first.x, first.delta
             if hist or delta0 is not None:
-                res, info = fast.solve_optimal(alpha, x0, r0, h=0.1 if hist else 0.3, delta0=delta0)
+                res, info = fast.solve_optimal(alpha, x0, u0, h=0.25 if hist else 0.7, delta0=delta0)
                 if not hist and res is not None:  # the first search ran on a node far from some trials: refine
-                    res, info = fast.solve_optimal(alpha, res.x, info["ratio"], h=0.05, delta0=res.delta)
+                    res, info = fast.solve_optimal(alpha, res.x, info["loglam"], h=0.15, delta0=res.delta)
             if res is not None:
                 lam = res.eps * res.m_hat / 2.0
         else:
@@ -800,13 +813,13 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 res = se.solve(alpha, init=x0 if hist else None)
         if res.converged and res.phase == "regular" and np.all(res.x > 0) and res.eps > 0:
-            hist.append((la, np.log(res.x), math.log(res.delta), res.eps / res.delta))
+            hist.append((la, np.log(res.x), math.log(res.delta), math.log(res.eps * res.m_hat / 2.0)))
             hist = hist[-2:]
         modes = recovered_modes_finite(fast, res)
         rec = _rec(alpha * d * d, d, alpha * d, lam, res, e0, len(modes),
                    {"c0": c0, "ratio": res.eps / res.delta if res.phase == "regular" else math.nan,
                     "route": route_used, "free_convolutions": fast.nodes.built - built0,
-                    "channel_calls": fast.channel_calls - calls0, "r_trials": info.get("trials", 0)})
+                    "channel_calls": fast.channel_calls - calls0, "search_trials": info.get("trials", 0)})
         if outliers:
             rec["outliers"] = modes
         rec["seconds"] = time.perf_counter() - t0
