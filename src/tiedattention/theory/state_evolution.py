@@ -352,7 +352,7 @@ class StateEvolution:
                 return np.full(3, 1e3)
             return gy - y
 
-        sol = optimize.root(fun, y0, method="hybr", options={"xtol": 1e-14, "maxfev": 200})
+        sol = optimize.root(fun, y0, method="hybr", options={"xtol": 1e-14, "maxfev": min(200, self.max_iter)})
         f = fun(sol.x)
         resid = float(np.max(np.abs(f)))
         return {"y": sol.x + f, "resid": resid, "converged": bool(np.isfinite(resid) and resid <= self.tol),
