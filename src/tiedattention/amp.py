@@ -27,8 +27,8 @@ with damping, the SE of damped GAMP with mixed conjugates, ``damp="effective"``)
 
 Damping (``damp``): "iterates" mixes g, sigma_hat, S, V; "effective" mixes the Onsager-corrected Y (with g and
 sigma_hat alike; Onsager term V g_bar). Narrow students (rank cut) use c sigma_hat in the input step
-(``input_weight`` c = 1.5 by default): the rank-constrained denoiser is expansive in the rotations of kept into
-cut eigenvectors, which damping cannot stabilise; a shorter prox step can.
+(``input_weight`` c = 1.5 by default): at c = 1 their fixed point is unstable for any damping (measured; the
+rank-constrained denoiser is expansive in the rotations of kept into cut eigenvectors); a shorter step is not.
 
 At a fixed point h* = A(S) and g = -grad l(A(S)), so A^T(g) is a subgradient of the
 penalty at S: the fixed point is a stationary point of the ERM objective (``GAMPResult.kkt`` measures it).
@@ -318,10 +318,11 @@ def gamp(
         first (x 1.5, up to ``max_input_weight``). ``patience=0`` keeps eta and the input weight fixed.
     input_weight : c >= 1: the input step uses c * sigma_hat (a proximal step tau = 2/(d c sigma_hat), c times
         shorter than GAMP's; the fixed points are the same stationary points). Default 1 without a rank cut
-        and 1.5 with one (kappa < 1): the rank-constrained denoiser is expansive in the directions that rotate
-        a kept eigenvector into a cut one (derivative (mu_i - 2 lam)/(mu_i - mu_j) > 1 when the cut eigenvalue
-        mu_j lies above the threshold), which damping cannot cure; c > 1 pulls the kept eigenvalues of Y away
-        from the cut ones. See docs/theory/gamp.md.
+        and 1.5 with one (kappa < 1): at c = 1 the narrow student's fixed point is linearly unstable for every
+        damping tried (measured), the likely cause being that the rank-constrained denoiser is expansive in the
+        directions that rotate a kept eigenvector into a cut one (derivative (mu_i - 2 lam)/(mu_i - mu_j) > 1
+        when the cut eigenvalue mu_j lies above the threshold); c > 1 pulls the kept eigenvalues of Y away from
+        the cut ones. See docs/theory/gamp.md.
     row_variances : use per-sequence variances V_mu = w_mu V (w_mu the squared row norms of A relative to
         their mean, :meth:`MeasurementOperator.row_weights`) in the output step instead of one V; the same
         fixed points, a smaller finite-d mismatch of the Onsager term (an option; off by default).
