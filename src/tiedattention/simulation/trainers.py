@@ -404,8 +404,13 @@ def _finish(problem: Problem, obj: Objective, sol: Solution, seconds: float, sol
 _WARM = False
 
 
+#: solvers built on torch.optim, whose first step imports torch's compiler stack
+_OPTIM_SOLVERS = frozenset({"adam", "lbfgs"})
+
+
 def _warm_up() -> None:
-    """The first torch.optim step of a process imports torch's compiler stack (~2 s); do it off the clock."""
+    """The first torch.optim step of a process imports torch's compiler stack (~2 s, more under load); do it
+    off the clock. Only the torch.optim solvers need it: the others never pay that import."""
     global _WARM
     if not _WARM:
         p = torch.zeros(1, requires_grad=True)
@@ -442,7 +447,8 @@ def train(
         raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
     td = TorchData.from_dataset(data, device=device, dtype=dtype, chunk=chunk)
     obj = Objective(problem, td)
-    _warm_up()
+    if solver in _OPTIM_SOLVERS:
+        _warm_up()
     t0 = time.perf_counter()
     sol = SOLVERS[solver](problem, obj, seed=seed, callback=callback, **options)
     if td.device.type == "cuda":
