@@ -60,8 +60,9 @@ def spectrum_cmd(
     for b in th["bulks"]:
         typer.echo(f"  bulk [{b['lo']:.4f}, {b['hi']:.4f}] mass {b['mass']:.4f}")
     for o in th["outliers"]:
+        dc = f", detached while delta < {o['delta_c']:.4g}" if o["detached"] else ""
         typer.echo(f"  theta={o['theta']:.4g}: eigenvalue {o['eigenvalue']:.4f} overlap {o['overlap']:.4f} "
-                   f"{'recovered' if o['recovered'] else 'not recovered'}")
+                   f"{'recovered' if o['recovered'] else 'not recovered'} (delta = {th['delta']:.4g}{dc})")
     if "simulation" in record:
         s = record["simulation"]
         typer.echo(f"simulation d={d} ({seeds} seeds): rank {s['rank_mean']:.4f}, top singular value "
