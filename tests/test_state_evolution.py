@@ -219,7 +219,6 @@ def test_interpolating_phase_up_to_the_threshold():
     assert not solve_interpolating_phase(mu, mu.q0 + 0.25, inter + 1e-4)["converged"]
 
 
-@pytest.mark.slow
 def test_just_above_the_zero_phase_converges():
     """lambda = 0.01, alpha = 3e-4 (between the zero phase, alpha <= 5e-5, and alpha ~ 3e-3): the map is steep
     and repelling there and Anderson stalls at residual O(1); the hybr fallback finds the fixed point. A
