@@ -98,11 +98,11 @@ def test_outliers_and_overlaps_extrapolated(torch_one_thread):
     (8 / 6 / 3 seeds). Measured gaps simulation - theory of the top outlier -0.18 / -0.08 / -0.13 (one sample
     fluctuates by s delta sqrt(2/d) ~ 0.09 at d = 400, so 3 seeds cannot resolve 0.05 there). The spread of each
     quantity is pooled over all runs as c/sqrt(d) (fluctuations of outliers scale like d^{-1/2}; the sample sd
-    of 2-3 seeds alone can be 10x too small: measured 0.0005 for the top overlap at d = 400 with 2 seeds,
-    against c/sqrt(d) = 0.008); the 1/d fit of each gap must have an intercept within 3 standard errors of 0
-    (6 quantities: 3 sigma keeps the chance of a false alarm ~2 %). Measured intercepts (cached runs, 2 seeds at
-    d = 400): 0.015 +- 0.085, 0.020 +- 0.067, -0.044 +- 0.079 (positions), -0.000 +- 0.007, -0.005 +- 0.011,
-    0.003 +- 0.017 (overlaps)."""
+    of 3 seeds alone can be 10x too small: measured 0.0008 for the top overlap at d = 400, against
+    c/sqrt(d) = 0.008); the 1/d fit of each gap must have an intercept within 3 standard errors of 0
+    (6 quantities: 3 sigma keeps the chance of a false alarm ~2 %). Measured intercepts (the same seeds, run
+    piecewise): -0.086 +- 0.086, -0.006 +- 0.060, -0.060 +- 0.068 (positions), 0.000 +- 0.006, -0.002 +- 0.009,
+    0.000 +- 0.014 (overlaps)."""
     p = Problem.from_options(target="spikes:10,8,6.5+mp:0.2")
     runs = []
     for d, seeds in ((100, 8), (200, 6), (400, 3)):
