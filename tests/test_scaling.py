@@ -298,9 +298,9 @@ def test_finite_d_excess_below_the_limit_and_approaching_it(curve100):
     nu = NU_CURVE[0]
     p = _problem()
     lim = limit_curve(p, [nu], LamRule("optimal"))[0]
-    e = {D_CURVE: curve100[0], 150: finite_d_curve(p, 150, [nu / 150], LamRule("optimal"))[0]}
-    assert e[D_CURVE]["excess"] < e[150]["excess"] < lim["excess"]
-    assert e[D_CURVE]["k_star"] <= e[150]["k_star"] <= lim["k_star"]
+    e = {D_CURVE: curve100[0], 100: finite_d_curve(p, 100, [nu / 100], LamRule("optimal"))[0]}
+    assert e[D_CURVE]["excess"] < e[100]["excess"] < lim["excess"]
+    assert e[D_CURVE]["k_star"] <= e[100]["k_star"] <= lim["k_star"]
 
 
 def test_finite_d_points_fields():

@@ -390,6 +390,7 @@ class FastFiniteD(StateEvolution):
             raise ParameterError("model", "the fast finite-d route is implemented for the factorised student, "
                                  "kappa >= 1")
         super().__init__(problem, d=d, **options)
+        self._d, self._options = d, options
         self.nodes = _Nodes(self.measure)
         self.interp_tol = interp_tol
         self.max_outer = max_outer
@@ -551,7 +552,7 @@ class FastFiniteD(StateEvolution):
 
     # the optimal lambda ----------------------------------------------------------------------------
     def solve_optimal(self, alpha: float, x0: np.ndarray, v0: float, h: float = 0.25, delta0: float | None = None,
-                      search_tol: float = 1e-8, var: str = "loglam", r_min: float = 1e-3
+                      search_tol: float = 1e-8, var: str = "loglam", r_min: float = 1e-3, exact_trials: bool = False
                       ) -> tuple[SEResult | None, dict]:
         """Minimise the test error over v = log lambda (``var="loglam"``) or r = eps/delta (``var="ratio"``) at
         alpha, then solve the exact SE at the minimiser.
@@ -562,7 +563,8 @@ class FastFiniteD(StateEvolution):
         exact SE is then solved. The error is quadratic in v there, so the O(dt^2) accuracy of the node during
         the search moves the reported test error at second order only; the returned point is the exact SE.
         log lambda is the better variable where the optimal lambda is small (small n: as lambda -> 0+ the ratio
-        eps/delta tends to a positive limit, so r resolves that end badly)."""
+        eps/delta tends to a positive limit, so r resolves that end badly). ``exact_trials``: every trial is an
+        exact SE point (its own nodes; for a first point, whose single node is far from most trials)."""
         self.nodes.clear()
         if delta0 is None:
             ch = self.channel.moments(alpha, *x0)
@@ -590,12 +592,33 @@ class FastFiniteD(StateEvolution):
             w = (r - near[0]) / (near[0] - near[1])
             return np.exp(np.log(xa) + w * (np.log(xa) - np.log(xb)))
 
+        def exact_at(v: float, start: np.ndarray) -> SEResult | None:
+            """The exact SE at v: the fast solve, else (log lambda) the plain solver from the same start."""
+            set_var(v)
+            res_v = self.solve_fixed(alpha, start)
+            if (res_v is None or not res_v.converged) and var == "loglam":
+                import warnings
+
+                from ..errors import ConvergenceWarning
+
+                plain = StateEvolution(self.problem.replace_student(lam=math.exp(v)), d=self._d, **self._options)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    res_v = plain.solve(alpha, init=start)
+                res_v = res_v if res_v.phase == "regular" else None
+            return res_v
+
         def ev(r: float) -> float:
             r = max(r, lower)
             if r in trials:
                 return trials[r][0]
             start = start_for(r)
             set_var(r)
+            if exact_trials:
+                res_r = exact_at(r, start)
+                ok = res_r is not None and res_r.converged
+                trials[r] = (res_r.test_error if ok else math.inf, res_r.x if ok else start)
+                return trials[r][0]
             out = self._fast_iterate(alpha, start, search_tol)
             if out is None:
                 trials[r] = (math.inf, start)
@@ -628,7 +651,7 @@ class FastFiniteD(StateEvolution):
             if lo < cand < hi:
                 r_star = cand
         set_var(r_star)
-        res = self.solve_fixed(alpha, start_for(r_star))
+        res = exact_at(r_star, start_for(r_star)) if exact_trials else self.solve_fixed(alpha, start_for(r_star))
         info = {var: r_star, "trials": len(trials), "search": sorted((k, v[0]) for k, v in trials.items())}
         return res, info
 
@@ -792,9 +815,11 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
                 if first.converged and first.phase == "regular":
                     x0, delta0 = first.x, first.delta
             if hist or delta0 is not None:
-                res, info = fast.solve_optimal(alpha, x0, u0, h=0.25 if hist else 0.7, delta0=delta0)
+                res, info = fast.solve_optimal(alpha, x0, u0, h=0.25 if hist else 0.7, delta0=delta0,
+                                               exact_trials=not hist)
                 if not hist and res is not None:  # the first search ran on a node far from some trials: refine
-                    res, info = fast.solve_optimal(alpha, res.x, info["loglam"], h=0.15, delta0=res.delta)
+                    res, info = fast.solve_optimal(alpha, res.x, info["loglam"], h=0.15, delta0=res.delta,
+                                                   exact_trials=True)
             if res is not None:
                 lam = res.eps * res.m_hat / 2.0
         else:
