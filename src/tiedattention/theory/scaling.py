@@ -41,7 +41,7 @@ from ..errors import ParameterError
 from ..problem import Problem
 from ..targets import PowerLawTarget
 from .denoisers import MatrixSide, _spectral_side
-from .spectral import FreeConvolution, ThresholdFamily, _Kernel
+from .spectral import FreeConvolution, SpectralIntegrals, ThresholdFamily, _Kernel
 from .state_evolution import SEResult, StateEvolution
 
 __all__ = [
@@ -405,10 +405,7 @@ class FastFiniteD(StateEvolution):
         delta = math.sqrt(q_hat) / m_hat
         eps = self.ratio * delta if self.ratio is not None else 2.0 * self.lam / m_hat
         (j2, j1, jg), node = self.nodes.at(delta, eps)
-        si = node.as_spectral_integrals()
         # the interpolated values replace the node's; rank and error are the node's (exact at the node)
-        from .spectral import SpectralIntegrals
-
         si = SpectralIntegrals(delta, eps, j2, 4.0 * delta * jg, -2.0 * j1, node.rank, 1.0, node.error, 0, eps)
         return _spectral_side(si, m_hat, sigma_hat, delta, eps)
 
