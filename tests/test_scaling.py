@@ -293,9 +293,10 @@ def test_finite_d_curve_sequential_recovery_and_outliers(curve100):
         assert all(o["eigenvalue"] > 0 for o in outs)
 
 
+@pytest.mark.slow
 def test_finite_d_excess_below_the_limit_and_approaching_it(curve100):
     """At the same nu = n/d the finite-d excess sits below the scaling limit and grows towards it with d
-    (docs/theory/scaling.md section 6); k* too."""
+    (docs/theory/scaling.md section 6); k* too. Slow (~10 s: a second curve's cold first point)."""
     nu = NU_CURVE[0]
     p = _problem()
     lim = limit_curve(p, [nu], LamRule("optimal"))[0]
