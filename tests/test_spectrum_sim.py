@@ -4,7 +4,14 @@ Same checks as benchmarks/spectra_device.py (numbers in docs/theory/spectra.md s
 finite-size bias at the issue's d is larger than the statistical error (the direct model at alpha = 0.5, the
 learned outliers of spikes 10, 8, 6.5 on MP(0.2)), the check extrapolates in 1/d like tests/test_agreement.py:
 a weighted fit a + b/d over several d, with the intercept required within its error bars of the SE.
+
+Each test prints its measured numbers (see them with ``-rA`` or ``-s``). With ``TIEDATTENTION_SIM_CACHE=DIR`` the
+trainings are read from / written to DIR, one JSON per (problem, alpha, d, seed) in the format of the scripts that
+produced the numbers of docs/theory/spectra.md section 5, so a rerun re-checks the assertions without retraining.
 """
+
+import json
+import os
 
 import numpy as np
 import pytest
@@ -15,6 +22,44 @@ from tiedattention.theory.state_evolution import StateEvolution
 
 pytestmark = pytest.mark.slow
 sim = pytest.importorskip("tiedattention.simulation")
+
+
+def _cache_file(*parts):
+    root = os.environ.get("TIEDATTENTION_SIM_CACHE")
+    if not root:
+        return None
+    name = "_".join(str(x).replace(":", "").replace(",", "-").replace("+", "p") for x in parts)
+    return os.path.join(root, name + ".json")
+
+
+def _cached(parts, compute):
+    """compute() -> JSON-able dict, read from / written to the cache when TIEDATTENTION_SIM_CACHE is set."""
+    path = _cache_file(*parts)
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            return json.load(fh)
+    out = compute()
+    if path:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as fh:
+            json.dump(out, fh)
+    return out
+
+
+def _record(p, spec, alpha, d, seeds, **kw):
+    """simulate_record over seeds 0 .. seeds-1 with the prox solver (cached as one record)."""
+
+    def compute():
+        rec = sim.simulate_record(p, alpha, d, seeds=seeds, solver="prox", **kw)
+        return {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v) for k, v in rec.items()
+                if isinstance(v, (int, float, str, bool, list, np.ndarray)) or v is None}
+
+    parts = ("rec", p.student.model, p.student.kappa, spec, alpha, d, seeds) + tuple(sorted(kw.items()))
+    return _cached(parts, compute)
+
+
+def _test_error(rec):
+    return {"test_error_mean": float(rec["test_error_mean"]), "test_error_sem": float(rec["test_error_sem"])}
 
 
 def _extrapolate(dims, values, sems):
@@ -33,13 +78,17 @@ def test_learned_spectrum_against_training_mp(alpha, torch_one_thread):
     rank fraction within 0.02, largest singular value within 3 %, Kolmogorov distance < 0.05."""
     p = Problem.from_options(target="mp:0.5")
     sp = learned_spectrum(p, alpha)
-    rec = sim.simulate_record(p, alpha, 200, seeds=4, solver="prox", return_spectra=True)
+    rec = _record(p, "mp:0.5", alpha, 200, 4, return_spectra=True)
     ev = np.asarray(rec["eigenvalues"])
     sv = np.asarray(rec["singular_values"])
     tol = 1e-6 * np.abs(ev).max()
-    assert np.mean(ev > tol) == pytest.approx(sp.rank, abs=0.02)
-    assert np.mean(sv.max(axis=1)) == pytest.approx(np.sqrt(sp.top), rel=0.03)
-    assert kolmogorov_distance(np.where(np.abs(ev) <= tol, 0.0, ev).ravel(), sp.cdf) < 0.05
+    rank, top = np.mean(ev > tol), np.mean(sv.max(axis=1))
+    ks = kolmogorov_distance(np.where(np.abs(ev) <= tol, 0.0, ev).ravel(), sp.cdf)
+    print(f"alpha={alpha}: rank {rank:.4f} (theory {sp.rank:.4f}), top singular value {top:.4f} "
+          f"(theory {np.sqrt(sp.top):.4f}), Kolmogorov distance {ks:.4f}")
+    assert rank == pytest.approx(sp.rank, abs=0.02)
+    assert top == pytest.approx(np.sqrt(sp.top), rel=0.03)
+    assert ks < 0.05
 
 
 @pytest.mark.parametrize(
@@ -54,8 +103,10 @@ def test_narrow_and_direct_test_error_against_training(model, kappa, alpha, torc
     p = Problem.from_options(target="mp:0.5", kappa=kappa, model=model)
     res = StateEvolution(p).solve(alpha)
     assert res.converged
-    rec = sim.simulate_record(p, alpha, 100, seeds=8, solver="prox")
+    rec = _record(p, "mp:0.5", alpha, 100, 8)
     sem = rec["test_error_sem"]
+    print(f"{model} kappa={kappa} alpha={alpha}: simulation {rec['test_error_mean']:.5f} +- {sem:.5f}, "
+          f"SE {res.test_error:.5f}, z = {(rec['test_error_mean'] - res.test_error) / sem:+.2f}")
     assert abs(rec["test_error_mean"] - res.test_error) <= 2 * sem + 1e-3
 
 
@@ -70,25 +121,38 @@ def test_direct_model_alpha_half_is_the_large_d_limit(torch_one_thread):
     assert th.converged
     dims, means, sems = [], [], []
     for d, seeds in ((50, 16), (100, 8), (200, 8)):
-        rec = sim.simulate_record(p, 0.5, d, seeds=seeds, solver="prox", n_test=10_000)
+        # one record per seed (seed0 = s), combined as simulate_record does: the same numbers as seeds=seeds
+        recs = [_cached(("direct", 1.0, "mp:0.5", 0.5, d, s), lambda d=d, s=s: _test_error(
+            sim.simulate_record(p, 0.5, d, seeds=1, seed0=s, solver="prox", n_test=10_000))) for s in range(seeds)]
+        vals = np.array([r["test_error_mean"] for r in recs])
         dims.append(d)
-        means.append(rec["test_error_mean"])
-        sems.append(rec["test_error_sem"])
+        means.append(float(vals.mean()))
+        sems.append(sim.api.combined_sem(vals, [r["test_error_sem"] for r in recs]))
     a, se_a = _extrapolate(dims, means, sems)
+    table = [(d, round(m, 5), round(e, 5)) for d, m, e in zip(dims, means, sems, strict=True)]
+    print(f"direct alpha=0.5: (d, mean, sem) {table}, intercept {a:.5f} +- {se_a:.5f}, SE {th.test_error:.5f}")
     assert abs(a - th.test_error) <= 2 * se_a, (th.test_error, a, se_a, list(zip(dims, means, sems, strict=True)))
 
 
-def _learned_outliers(p, alpha, d, seeds, k):
+def _learned_outliers(p, spec, alpha, d, seeds, k):
     """Top k + 1 eigenvalues of S_hat and the squared overlaps of its top k eigenvectors with the target's
     (matched by rank), one row per seed."""
+    n_spikes = len(spec.split(":")[1].split("+")[0].split(","))
     top, ov = [], []
     for s in range(seeds):
-        data = sim.sample_dataset(p, int(round(alpha * d * d)), d, s)
-        tr = sim.train(p, data, solver="prox", seed=s)
-        e, v = np.linalg.eigh(tr.S_hat)
-        _, v0 = np.linalg.eigh(data.S0)
-        top.append(e[::-1][: k + 1])
-        ov.append([(v[:, -1 - i] @ v0[:, -1 - i]) ** 2 for i in range(k)])
+
+        def compute(s=s):
+            data = sim.sample_dataset(p, int(round(alpha * d * d)), d, s)
+            tr = sim.train(p, data, solver="prox", seed=s)
+            e, v = np.linalg.eigh(tr.S_hat)
+            _, v0 = np.linalg.eigh(data.S0)
+            return {"top": e[::-1][:10].tolist(),
+                    "overlap": [[float((v[:, -1 - i] @ v0[:, -1 - j]) ** 2) for j in range(n_spikes)]
+                                for i in range(n_spikes + 2)]}
+
+        r = _cached(("outl", spec, alpha, d, s), compute)
+        top.append(r["top"][: k + 1])
+        ov.append([r["overlap"][i][i] for i in range(k)])
     return np.array(top), np.array(ov)
 
 
@@ -103,13 +167,14 @@ def test_outliers_and_overlaps_extrapolated(torch_one_thread):
     (6 quantities: 3 sigma keeps the chance of a false alarm ~2 %). Measured intercepts (the same seeds, run
     piecewise): -0.086 +- 0.086, -0.006 +- 0.060, -0.060 +- 0.068 (positions), 0.000 +- 0.006, -0.002 +- 0.009,
     0.000 +- 0.014 (overlaps)."""
-    p = Problem.from_options(target="spikes:10,8,6.5+mp:0.2")
+    spec = "spikes:10,8,6.5+mp:0.2"
+    p = Problem.from_options(target=spec)
     runs = []
     for d, seeds in ((100, 8), (200, 6), (400, 3)):
         sp = learned_spectrum(p, 0.1, d=d)
         rec = [o for o in sp.outliers if o.recovered]
         assert len(rec) == 3
-        top, ov = _learned_outliers(p, 0.1, d, seeds, 3)
+        top, ov = _learned_outliers(p, spec, 0.1, d, seeds, 3)
         theory = np.array([o.eigenvalue for o in rec] + [o.overlap for o in rec])
         runs.append((d, np.concatenate([top[:, :3], ov], axis=1), theory))
     c2 = sum(d * ((got - got.mean(axis=0)) ** 2).sum(axis=0) for d, got, _ in runs)
@@ -117,8 +182,11 @@ def test_outliers_and_overlaps_extrapolated(torch_one_thread):
     dims = [d for d, _, _ in runs]
     gaps = np.array([got.mean(axis=0) - theory for _, got, theory in runs])
     sems = np.array([c / np.sqrt(d * len(got)) for d, got, _ in runs])
+    fits = [_extrapolate(dims, gaps[:, j], sems[:, j]) for j in range(6)]
+    print("gaps sim - theory (rows d = 100, 200, 400; 3 positions, 3 overlaps):", np.round(gaps, 4).tolist())
+    print("1/d intercepts:", [f"{a:+.3f} +- {e:.3f}" for a, e in fits])
     for j in range(6):
-        a, se_a = _extrapolate(dims, gaps[:, j], sems[:, j])
+        a, se_a = fits[j]
         assert abs(a) <= 3 * se_a, (j, a, se_a, gaps[:, j], sems[:, j])
 
 
@@ -137,8 +205,11 @@ def test_outlier_count_at_small_alpha(spec, n_rec, torch_one_thread):
     rec = [o for o in sp.outliers if o.recovered]
     assert len(rec) == n_rec
     edge = sp.bulks[-1][1]
-    top, ov = _learned_outliers(p, 0.02, d, 3, n_rec + 1)
+    top, ov = _learned_outliers(p, spec, 0.02, d, 3, n_rec + 1)
     mean, sem = top.mean(axis=0), top.std(axis=0, ddof=1) / np.sqrt(3)
+    print(f"{spec}: theory recovers {n_rec} (edge {edge:.3f}, outliers {[round(o.eigenvalue, 3) for o in rec]}); "
+          f"training top {np.round(mean, 3).tolist()} +- {np.round(sem, 3).tolist()}, "
+          f"overlaps {np.round(ov.mean(axis=0), 3).tolist()}")
     assert mean[n_rec] - 3 * sem[n_rec] < edge
     assert ov.mean(axis=0)[n_rec] < ov.mean(axis=0)[:n_rec].min()
 
@@ -147,10 +218,13 @@ def test_outliers_on_zeros_at_d400(torch_one_thread):
     """Spikes 4, 2.5, 1.5 on zeros, alpha = 0.1, d = 400 (3 seeds, fixed): learned outlier eigenvalues and
     overlaps within 0.05 of the theory (the issue's check; one sample fluctuates by s delta sqrt(2/d) ~ 0.08)."""
     d = 400
-    p = Problem.from_options(target="spikes:4,2.5,1.5")
+    spec = "spikes:4,2.5,1.5"
+    p = Problem.from_options(target=spec)
     sp = learned_spectrum(p, 0.1, d=d)
     rec = [o for o in sp.outliers if o.recovered]
     assert len(rec) == 3
-    top, ov = _learned_outliers(p, 0.1, d, 3, 3)
+    top, ov = _learned_outliers(p, spec, 0.1, d, 3, 3)
+    print(f"outliers {np.round(top[:, :3].mean(axis=0), 3).tolist()} (theory {[round(o.eigenvalue, 3) for o in rec]}), "
+          f"overlaps {np.round(ov.mean(axis=0), 3).tolist()} (theory {[round(o.overlap, 3) for o in rec]})")
     np.testing.assert_allclose(top[:, :3].mean(axis=0), [o.eigenvalue for o in rec], atol=0.05)
     np.testing.assert_allclose(ov.mean(axis=0), [o.overlap for o in rec], atol=0.05)
