@@ -17,7 +17,11 @@ Gauss-Hermite order 12 and at a higher order, with the quadrature error estimate
 clearly labelled projection of the baseline's cost at our accuracy, our learning-curve timing and T = 5
 points (part t5; alpha = 1/14 is alpha_bar = 1, the same place as alpha = 0.5 at T = 2).
 
-    python benchmarks/bench_state_evolution.py [--alpha 0.5] [--seeds 5] [--part t2|t5|all] [--quick]
+    python benchmarks/bench_state_evolution.py [--alpha 0.5] [--seeds 5] [--part t2|t5|speed|all] [--quick]
+
+--part speed: one process, the baseline for 1 seed (its 60-iteration cap) and ours on the same point (cold,
+tol 1e-8, median of --repeats solves before and after the baseline), the wall and CPU ratios, then the
+50-point learning curve (about 8 minutes in all).
 """
 
 from __future__ import annotations
@@ -171,6 +175,42 @@ def part_t2(args) -> None:
           f"({sum(c.converged for c in curve)}/50 converged; target <= 20 s)", flush=True)
 
 
+def part_speed(args) -> None:
+    """One process, side by side: the baseline for one Monte Carlo seed (to its criterion or its iteration cap)
+    and ours on the same point (tol 1e-8, cold, repeated; timed before and after the baseline), wall and CPU."""
+    problem = Problem.from_options()
+    reps = args.repeats
+
+    def time_ours():
+        walls, cpus, res = [], [], None
+        for _ in range(reps):
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = StateEvolution(problem, tol=1e-8).solve(args.alpha)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+        return walls, cpus, res
+
+    w1, c1, r = time_ours()
+    print(f"ours (before): {np.median(w1):.3f} s wall, {np.median(c1):.3f} s CPU per point (median of {reps}); "
+          f"iterations {r.iterations}, residual {r.residual:.1e}, converged {r.converged}, test error "
+          f"{r.test_error:.9f} +- {r.errors['test_error']:.1e} (quadrature estimate)", flush=True)
+    t0, c0 = time.perf_counter(), time.process_time()
+    b = baseline_point(problem, args.alpha, 0, max_iter=args.max_iter)
+    bw, bc = time.perf_counter() - t0, time.process_time() - c0
+    print(f"baseline seed 0: {bw:.1f} s wall, {bc:.1f} s CPU, {b[1]} iterations ({bc / b[1]:.2f} s CPU/iteration), "
+          f"criterion met: {b[3]}, last change {b[4]:.1e}, test error {b[2]:.6f}", flush=True)
+    w2, c2, _ = time_ours()
+    print(f"ours (after) : {np.median(w2):.3f} s wall, {np.median(c2):.3f} s CPU per point", flush=True)
+    ow, oc = float(np.median(w1 + w2)), float(np.median(c1 + c2))
+    lower = "" if b[3] else " (baseline stopped at its iteration cap: a lower bound)"
+    print(f"speed-up: {bw / ow:.0f}x wall, {bc / oc:.0f}x CPU{lower}   (target >= 300x)")
+    t0, c0 = time.perf_counter(), time.process_time()
+    curve = StateEvolution(problem).learning_curve(np.geomspace(0.02, 4.0, 50))
+    print(f"curve: 50 warm-started points (tol 1e-10) in {time.perf_counter() - t0:.1f} s wall, "
+          f"{time.process_time() - c0:.1f} s CPU ({sum(c.converged for c in curve)}/50 converged; target <= 20 s)",
+          flush=True)
+
+
 def part_t5(args) -> None:
     problem = Problem.from_options(tokens=5)
     for alpha in args.alpha5:
@@ -191,7 +231,9 @@ def main() -> None:
     ap.add_argument("--max-iter", type=int, default=60, help="baseline iteration cap")
     ap.add_argument("--order-hi", type=int, default=24, help="second, more accurate Gauss-Hermite order of ours")
     ap.add_argument("--alpha5", type=float, nargs="+", default=[1 / 14, 0.5], help="T = 5 points")
-    ap.add_argument("--part", choices=["t2", "t5", "all"], default="all")
+    ap.add_argument("--part", choices=["t2", "t5", "speed", "all"], default="all",
+                    help="speed: baseline (1 seed) and ours side by side, wall and CPU ratios")
+    ap.add_argument("--repeats", type=int, default=7, help="part speed: cold solves of ours, before and after")
     ap.add_argument("--quick", action="store_true", help="3 baseline seeds, at most 25 iterations")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
@@ -199,6 +241,8 @@ def main() -> None:
         part_t2(args)
     if args.part in ("t5", "all"):
         part_t5(args)
+    if args.part == "speed":
+        part_speed(args)
 
 
 if __name__ == "__main__":

@@ -231,3 +231,29 @@ def test_just_above_the_zero_phase_converges():
     fx, _, _ = se._map(3e-4, x, final=True)
     assert np.max(np.abs(fx / x - 1)) < 1e-9  # F(x) = x in the original coordinates
     assert r.test_error == pytest.approx(se.channel_final.uniform_error(), abs=0.01)
+
+
+def test_staged_gauss_hermite_solve_equals_single_stage_cold_solve():
+    """T = 2: the pre/coarse/accurate stages (warm proxes, fixed spectral rule, warm cut point) land on the
+    fixed point of the documented cold map: against the single-stage cold solve within tol; deterministic."""
+    from tiedattention.theory.denoisers import matrix_update
+
+    p = Problem.from_options()
+    staged = StateEvolution(p, tol=1e-10).solve(0.5)
+    again = StateEvolution(p, tol=1e-10).solve(0.5)
+    plain = StateEvolution(p, tol=1e-10, coarse_options=False, warm_start=False).solve(0.5)
+    assert staged.converged and plain.converged and staged.residual <= 1e-10
+    assert staged.to_dict() | {"seconds": 0} == again.to_dict() | {"seconds": 0}  # identical digits
+    np.testing.assert_allclose(staged.x, plain.x, rtol=1e-9)
+    assert staged.test_error == pytest.approx(plain.test_error, abs=1e-9)
+    assert staged.errors["test_error"] == pytest.approx(plain.errors["test_error"], rel=1e-6)
+    assert staged.errors["channel_q_hat"] == pytest.approx(plain.errors["channel_q_hat"], rel=1e-6)
+    # the cheap matrix sides against the adaptive one at the solution: fixed composite rule, warm cut point
+    se = StateEvolution(p)
+    ref = matrix_update(p, se.measure, staged.q_hat, staged.m_hat, staged.sigma_hat)
+    warm: dict = {}
+    matrix_update(p, se.measure, 1.02 * staged.q_hat, staged.m_hat, staged.sigma_hat, warm=warm)
+    hot = matrix_update(p, se.measure, staged.q_hat, staged.m_hat, staged.sigma_hat, warm=warm)
+    fixed = matrix_update(p, se.measure, staged.q_hat, staged.m_hat, staged.sigma_hat, fixed_nodes=16)
+    for other, tol in ((hot, 1e-13), (fixed, 1e-8)):
+        np.testing.assert_allclose([other.q, other.m, other.sigma], [ref.q, ref.m, ref.sigma], rtol=tol)

@@ -14,7 +14,7 @@ import numpy as np
 from scipy import optimize
 
 from ..problem import Problem
-from .spectral import FreeConvolution
+from .spectral import FreeConvolution, SpectralIntegrals
 
 __all__ = ["MatrixSide", "matrix_update", "RIDGE_FACTOR", "narrow_interpolation_alpha_bar",
            "solve_narrow_interpolating_phase"]
@@ -39,7 +39,8 @@ class MatrixSide:
 
 
 def matrix_update(
-    problem: Problem, measure, q_hat: float, m_hat: float, sigma_hat: float
+    problem: Problem, measure, q_hat: float, m_hat: float, sigma_hat: float, fixed_nodes: int | None = None,
+    warm: dict | None = None,
 ) -> MatrixSide:
     """(q_hat, m_hat, sigma_hat) -> (q, m, Sigma) for the student's denoiser.
 
@@ -49,6 +50,15 @@ def matrix_update(
                               c = max(eps, y_kappa), y_kappa the (1 - kappa)-quantile of rho_delta
                               (docs/theory/spectra.md);
     direct (ridge):           S_hat = (m_hat S0 + sqrt(q_hat) Z)/(sigma_hat + 4 lambda).
+
+    ``fixed_nodes``: a cheap, lower-accuracy spectral side (the first stages of the SE iteration): a fixed
+    composite rule of ``fixed_nodes``-point Gauss-Jacobi panels (:func:`_fixed_integrals`) instead of the
+    adaptive rule (no error control). The default (None) is the adaptive rule (relative 1e-12).
+    ``warm``: a dict owned by the caller (start with ``{}``, kappa >= 1 only): the point u_c + i v_c that
+    rho_delta's subordination maps to the threshold eps is kept in it and the next call finds its own by
+    complex Newton from there (instead of a bracketed inversion of psi), falling back to the bracketed
+    inversion when Newton fails; the integrals are those of ``FreeConvolution.integrals`` (same pieces and
+    adaptive rule) up to the rounding of u_c.
     """
     lam = problem.student.lam
     q0 = measure.q0
@@ -64,12 +74,100 @@ def matrix_update(
         return MatrixSide(q, m, 1.0 / den, delta, 0.0, 1.0, m_hat * measure.moment(1) / den, 0.0)
     eps = 2.0 * lam / m_hat
     fc = FreeConvolution(measure, delta)
-    si = fc.integrals(eps)
     kappa = problem.student.kappa
+    if kappa >= 1 and (fixed_nodes is not None or warm is not None):
+        pieces = _pieces_above(fc, eps, warm)
+        if fixed_nodes is not None:
+            si = _fixed_integrals(fc, eps, int(fixed_nodes), pieces)
+        else:
+            si = _adaptive_integrals(fc, eps, pieces)
+        return _spectral_side(si, m_hat, sigma_hat, delta, eps)
+    si = fc.integrals(eps)
     if kappa < 1 and si.rank > kappa:
         # rank constraint binds: keep the top kappa*d eigenvalues, f(y) = (y - eps) 1[y > c]
         si = fc.integrals(eps, cut=fc.quantile(kappa))
     return _spectral_side(si, m_hat, sigma_hat, delta, eps)
+
+
+def _pieces_above(fc: FreeConvolution, eps: float, warm: dict | None) -> list[tuple[float, float, float, float]]:
+    """``FreeConvolution._pieces_above(eps)``, with the cut point warm-started from ``warm`` (see matrix_update).
+
+    The cut point is omega = u_c + i v_c with omega + t g_mu(omega) = eps, Im omega > 0 (t = delta^2): complex
+    Newton with g_mu' from the kernel, accepted only when it converged on the bulk that eps cuts and v_c
+    agrees with solve_v(u_c) (the physical branch); otherwise the bracketed inversion decides."""
+    if warm is None:
+        return fc._pieces_above(eps)
+    cut = np.flatnonzero((fc._ylo < eps) & (fc._yhi > eps))
+    if cut.size != 1:
+        return fc._pieces_above(eps)
+    k = int(cut[0])
+    lo_k, hi_k = fc.intervals_u[k]
+    t = fc.t
+    u_c = None
+    omega = warm.get("omega")
+    if omega is not None:
+        for _ in range(12):
+            if not (omega.imag > 0 and lo_k < omega.real < hi_k):
+                break
+            g, dg = fc.kernel.g_dg(np.array([omega.real]), np.array([omega.imag]))
+            step = (omega + t * g[0] - eps) / (1.0 + t * dg[0])
+            omega = omega - step
+            if abs(step) <= 1e-15 * max(1.0, abs(omega)):
+                if omega.imag > 0 and lo_k < omega.real < hi_k:
+                    v = float(fc.solve_v(np.array([omega.real]))[0])
+                    if abs(v - omega.imag) <= 1e-8 * max(v, 1e-300) + 1e-14 * fc.delta:
+                        u_c = float(omega.real)
+                break
+    if u_c is None:
+        u_c = fc._u_of_y(float(eps), lo_k, hi_k)
+        omega = complex(u_c, float(fc.solve_v(np.array([u_c]))[0]))
+    warm["omega"] = complex(omega)
+    pieces = []
+    for j, (lo, hi) in enumerate(fc.intervals_u):
+        if fc._yhi[j] <= eps:
+            continue
+        pieces.append((u_c, hi, 0.0, 0.5) if j == k else (lo, hi, 0.5, 0.5))
+    return pieces
+
+
+def _adaptive_integrals(fc: FreeConvolution, eps: float, pieces) -> SpectralIntegrals:
+    """``FreeConvolution.integrals(eps)`` (kappa >= 1) on the given pieces: the same adaptive rule."""
+
+    def tests(y, re_g):
+        f = y - eps
+        return [f * f, f, f * re_g, np.ones_like(y)]
+
+    res = fc.adaptive(pieces, tests)
+    tot = res["totals"] if res["totals"] is not None else np.zeros(4)
+    return SpectralIntegrals(delta=fc.delta, eps=float(eps), I=float(tot[0]), dI_ddelta=float(4.0 * fc.delta * tot[2]),
+                             dI_deps=float(-2.0 * tot[1]), rank=float(tot[3]), mass=1.0, error=float(res["error"]),
+                             nodes=int(res["nodes"]), cut=float(eps))
+
+
+# breakpoints of the fixed spectral rule on a support piece (fractions of its length from its lower end): graded
+# towards the lower end, where the threshold cuts the smeared atom of a rank-deficient target at small delta
+FIXED_BREAKS = np.array([0.0, 1 / 81, 1 / 27, 1 / 9, 1 / 3, 1.0])
+
+
+def _fixed_integrals(fc: FreeConvolution, eps: float, n: int, pieces) -> SpectralIntegrals:
+    """FreeConvolution.integrals(eps) by a fixed composite rule: n-point Gauss-Jacobi panels on each support
+    piece above eps, split at FIXED_BREAKS (the same pieces, edge exponents and integrands as the adaptive
+    rule, without its refinement and error check). MP kappa0 = 0.5, Delta = 0.5, lambda = 0.01 solutions at
+    alpha = 0.05 ... 4: ~1e-15 ... 1e-6 relative at n = 16 (worst at large alpha, small delta)."""
+    tot = np.zeros(4)
+    if pieces:
+        m = FIXED_BREAKS.size - 1
+        lo, hi, eb, ea = (np.array([pc[k] for pc in pieces], float) for k in range(4))
+        cuts = lo[:, None] + (hi - lo)[:, None] * FIXED_BREAKS[None, :]
+        first, last = np.arange(m) == 0, np.arange(m) == m - 1
+        eb = np.where(first[None, :], eb[:, None], 0.0).ravel()
+        ea = np.where(last[None, :], ea[:, None], 0.0).ravel()
+        r = fc._panel_nodes(cuts[:, :-1].ravel(), cuts[:, 1:].ravel(), eb, ea, n)
+        f, w = r["y"] - eps, r["w"]
+        tot = np.array([np.sum(w * f * f), np.sum(w * f), np.sum(w * f * r["re_g"]), np.sum(w)])
+    return SpectralIntegrals(delta=fc.delta, eps=float(eps), I=float(tot[0]), dI_ddelta=float(4.0 * fc.delta * tot[2]),
+                             dI_deps=float(-2.0 * tot[1]), rank=float(tot[3]), mass=1.0, error=float("nan"),
+                             nodes=n * (FIXED_BREAKS.size - 1) * len(pieces), cut=float(eps))
 
 
 def _spectral_side(si, m_hat: float, sigma_hat: float, delta: float, eps: float) -> MatrixSide:

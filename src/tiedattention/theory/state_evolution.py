@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,10 @@ from .denoisers import matrix_update
 from .spectral import FreeConvolution
 
 __all__ = ["SEResult", "StateEvolution", "solve", "learning_curve"]
+
+# coarse stage of a Gauss-Hermite rule (T = 2): this fraction of the accurate order
+COARSE_GH_FRACTION = 1.0
+PRE_GH_FRACTION = 0.5
 
 @dataclass
 class SEResult:
@@ -131,7 +135,9 @@ class StateEvolution:
         max_floor: float = 1e-3,
         channel_options: dict | None = None,
         coarse_options: dict | bool | None = None,
-        coarse_tol: float = 1e-3,
+        coarse_tol: float | None = None,
+        coarse_spectral_nodes: int | None = 16,
+        pre_tol: float = 3e-3,
         warm_start: bool = True,
         root_fallback: bool = True,
     ):
@@ -171,15 +177,34 @@ class StateEvolution:
         # iterations do not need quadrature error estimates; the final evaluation (same rule) does
         self.channel = SoftmaxChannel(params, **{**options, "estimate_error": False})
         self.channel_final = SoftmaxChannel(params, **{**options, "estimate_error": True})
+        # Gauss-Hermite: the final rule's second (error-estimate) panel alone
+        self.channel_low = None
+        if self.channel_final.rule == "gh" and len(self.channel_final.panels) > 1:
+            self.channel_low = SoftmaxChannel(
+                params, **{**options, "order": self.channel_final.order_low, "estimate_error": False})
         self._qmc = self.channel.rule == "qmc"
-        self.coarse_tol = float(coarse_tol)
+        # QMC: the coarse rule's own error (~1e-3); GH: the coarse stage differs only by its spectral rule (~1e-7)
+        self.coarse_tol = float(coarse_tol) if coarse_tol is not None else 1e-3 if self._qmc else max(0.3 * tol, 1e-9)
         self.root_fallback = bool(root_fallback)
-        self.warm_start = bool(warm_start) and self._qmc
+        self.warm_start = bool(warm_start)
         self.channel_coarse = None
-        if self._qmc and coarse_options is not False:
+        if coarse_options is not False:
             fine = self.channel
-            coarse = {"qmc_log2": max(6, fine.qmc_log2 - 3), "replicas": 2, **(coarse_options or {})}
+            if self._qmc:
+                coarse = {"qmc_log2": max(6, fine.qmc_log2 - 3), "replicas": 2}
+            else:
+                coarse = {"order": max(4, int(round(COARSE_GH_FRACTION * fine.order)))}
+            coarse.update(coarse_options or {})
             self.channel_coarse = SoftmaxChannel(params, **{**options, **coarse, "estimate_error": False})
+        # Gauss-Hermite: a first stage at half the order (through the slow start of a cold solve)
+        self.channel_pre = None
+        self.pre_tol = float(pre_tol)
+        if not self._qmc and coarse_options is not False and pre_tol > 0:
+            pre = {"order": max(4, int(round(PRE_GH_FRACTION * self.channel.order)))}
+            self.channel_pre = SoftmaxChannel(params, **{**options, **pre, "estimate_error": False})
+        self.coarse_spectral_nodes = coarse_spectral_nodes
+        self._spectral_nodes: int | None = None  # fixed spectral rule of the current stage (None: adaptive)
+        self._spectral_warm: dict | None = None  # warm start of the spectral cut point within a solve
         self._stage: tuple[SoftmaxChannel, dict | None] = (self.channel, None)
         self._warm_fine: dict | None = None
         self._inter_abar: float | None = None
@@ -192,7 +217,9 @@ class StateEvolution:
         else:
             channel, warm = self._stage
             ch = channel.moments(alpha, q, m, sigma, warm=warm)
-        ms = matrix_update(self.problem, self.measure, ch.q_hat, ch.m_hat, ch.sigma_hat)
+        nodes, swarm = (None, None) if final else (self._spectral_nodes, self._spectral_warm)
+        ms = matrix_update(self.problem, self.measure, ch.q_hat, ch.m_hat, ch.sigma_hat, fixed_nodes=nodes,
+                           warm=swarm)
         return np.array([ms.q, ms.m, ms.sigma]), ch, ms
 
     # the iteration runs in unconstrained coordinates y = (log q, atanh(m / sqrt(q Qz)), log Sigma), in
@@ -251,6 +278,18 @@ class StateEvolution:
         if self.problem.student.lam == 0 or self.problem.student.model == "direct":
             return None
         x = np.zeros(3)
+        if self.problem.student.kappa >= 1:
+            # cheap test first: S_hat = 0 needs eps = 2 lambda/m_hat at or above the top edge of rho_delta
+            # (matrix_update integrates only the support above eps); the full map below decides
+            channel, warm = self._stage
+            try:
+                c0 = channel.moments(alpha, 0.0, 0.0, 0.0, warm=warm)
+            except (ParameterError, FloatingPointError):
+                return None
+            if c0.q_hat > 0 and c0.m_hat > 0:
+                delta, eps = math.sqrt(c0.q_hat) / c0.m_hat, 2.0 * self.problem.student.lam / c0.m_hat
+                if eps < FreeConvolution(self.measure, delta).support()[-1][1]:
+                    return None
         try:
             fx, ch, ms = self._map(alpha, x)
         except (ParameterError, FloatingPointError):  # channel without a Sigma = 0 limit
@@ -263,10 +302,11 @@ class StateEvolution:
         try:
             return self._solve_regular_staged(alpha, init)
         finally:  # outside a solve, _map is the plain cold map (amp.py uses it)
-            self._stage, self._warm_fine = (self.channel, None), None
+            self._stage, self._warm_fine, self._spectral_warm = (self.channel, None), None, None
 
     def _solve_regular_staged(self, alpha: float, init) -> SEResult:
         self._warm_fine = {} if self.warm_start else None
+        self._spectral_warm = {} if self.warm_start else None
         self._stage = (self.channel, self._warm_fine)
         zero = self._zero_phase(alpha)
         if zero is not None:
@@ -276,26 +316,46 @@ class StateEvolution:
         x0 = np.asarray(init, float) if init is not None else self.initial_guess()
         y = self._to_y(x0)
         it0 = 0
+        # cheaper stages first (channel, its warm starts, fixed spectral nodes, tolerance); each stage's
+        # fixed point is within its quadrature error of the accurate one, and its secant pairs approximate
+        # the next map's Jacobian: they seed Anderson there
+        stages = []
+        if self.channel_pre is not None and init is None:  # (a warm start is already past the slow start)
+            stages.append((self.channel_pre, {} if self.warm_start else None, self.coarse_spectral_nodes,
+                           self.pre_tol))
         if self.channel_coarse is not None:
-            # cheap QMC rule first: its fixed point is within its quadrature error of the accurate one
-            self._stage = (self.channel_coarse, {} if self.warm_start else None)
-            st = self._iterate(alpha, y, self.coarse_tol)
-            self._stage = (self.channel, self._warm_fine)
-            it0 = st["it"]
+            # QMC: a cheap rule; Gauss-Hermite: the accurate rule with the fixed spectral rule
+            warm = {} if self.warm_start else None
+            nodes = None if self._qmc else self.coarse_spectral_nodes
+            stages.append((self.channel_coarse, warm, nodes, self.coarse_tol))
+        prior = None
+        for channel, warm, nodes, tol in stages:
+            self._stage = (channel, warm)
+            self._spectral_nodes = nodes
+            try:
+                st = self._iterate(alpha, y, tol, prior=prior)
+            finally:
+                self._spectral_nodes = None
+            it0 += st["it"]
             prior = None
             if st["last_good"] is not None:
                 y = st["y"] if st["converged"] else st["best_y"]
-                # the coarse map's secant pairs approximate the accurate map's Jacobian: seed Anderson
                 prior = st["pairs"]
-            y_start = y
-            st = self._iterate(alpha, y, self.tol, prior=prior)
-        else:
-            y_start = y
-            st = self._iterate(alpha, y, self.tol)
+        # Gauss-Hermite: the last stage iterates the cold map itself (warm-started proxes may follow another
+        # branch at a few nonconvex nodes, which moves the map by ~1e-9); QMC: warm, checked cold below
+        self._stage = (self.channel, self._warm_fine if self._qmc else None)
+        y_start = y
+        st = self._iterate(alpha, y, self.tol, prior=prior)
         it, converged, message, resid = st["it"] + it0, st["converged"], st["message"], st["resid"]
         y = st["y"]
         if st["last_good"] is None and not converged:
             return self._failed(alpha, it, resid, message or "map could not be evaluated")
+        if converged and self.channel_low is not None and st["final"] is not None:
+            # Gauss-Hermite: the last stage evaluated the cold map; report the point it was evaluated at
+            # (residual <= tol there) with that evaluation, plus the quadrature error estimate of the final rule
+            y_eval, ch, ms = st["final"]
+            x = self._to_x(y_eval)
+            return self._observables(alpha, x, self._with_error_estimate(alpha, x, ch), ms, True, it, resid, "")
         if not converged:
             y, resid = st["best_y"], st["best_resid"]
         x = self._to_x(y)
@@ -338,6 +398,16 @@ class StateEvolution:
                         break
         return self._observables(alpha, x, ch, ms, converged, it, resid, message)
 
+    def _with_error_estimate(self, alpha: float, x: np.ndarray, ch):
+        """``channel_final.moments(alpha, *x)`` from ``ch = channel.moments(alpha, *x)`` (cold, the same
+        Gauss-Hermite panel): the error estimates |order - order_low| from one evaluation of the low rule."""
+        low = self.channel_low.moments(alpha, *x)
+        err = {k: abs(getattr(ch, k) - getattr(low, k)) for k in ch.error_estimate}
+        stein = {**ch.stein, "m_hat_err": abs(ch.stein["m_hat"] - low.stein["m_hat"]),
+                 "sigma_hat_err": abs(ch.stein["sigma_hat"] - low.stein["sigma_hat"])}
+        return replace(ch, error_estimate=err, stein=stein, prox_residual=max(ch.prox_residual, low.prox_residual),
+                       prox_iterations=max(ch.prox_iterations, low.prox_iterations))
+
     def _hybr(self, alpha: float, y0: np.ndarray) -> dict[str, Any]:
         """MINPACK hybr (Powell dogleg; forward-difference Jacobian of the map, then Broyden updates) on
         F(y) - y in the solver's coordinates; the map's own value decides convergence (residual <= tol)."""
@@ -369,6 +439,7 @@ class StateEvolution:
         hist_f: list[np.ndarray] = []
         message = ""
         converged = False
+        final = None  # (y, channel moments, matrix side) of the evaluation that met tol
         resid = np.inf
         best_resid = np.inf
         last_good: tuple[np.ndarray, np.ndarray] | None = None  # (y, f) of the last evaluable point
@@ -398,6 +469,7 @@ class StateEvolution:
             if resid <= tol:
                 converged = True
                 last_good = (y.copy(), f.copy())
+                final = (y.copy(), ch, ms)
                 y = gy
                 message = ""
                 break
@@ -437,7 +509,8 @@ class StateEvolution:
         if len(hist_y) < 2:
             pairs = (np.zeros((3, 0)), np.zeros((3, 0)))
         return {"y": y, "converged": converged, "it": it, "resid": resid, "best_y": best_y,
-                "best_resid": best_resid, "last_good": last_good, "message": message, "pairs": pairs}
+                "best_resid": best_resid, "last_good": last_good, "message": message, "pairs": pairs,
+                "final": final}
 
     def _observables(self, alpha, x, ch, ms, converged, it, resid, message, phase="regular") -> SEResult:
         q, m, sigma = x
@@ -538,17 +611,30 @@ class StateEvolution:
         """Solve along a sequence of alphas, warm-starting each point from the previous one."""
         out: list[SEResult] = []
         prev: SEResult | None = None
+        before: SEResult | None = None  # the converged regular point before prev, for extrapolation
         for a in alphas:
-            res = self.solve(a, init=prev)
+            init: SEResult | np.ndarray | None = prev
+            if _extrapolable(before) and _extrapolable(prev) and a > 0 and prev.alpha != before.alpha:
+                # linear extrapolation in log alpha of the solver's coordinates y (every y is admissible)
+                s = math.log(a / prev.alpha) / math.log(prev.alpha / before.alpha)
+                if abs(s) <= 2.0:
+                    y1, y0 = self._to_y(prev.x), self._to_y(before.x)
+                    init = self._to_x(y1 + s * (y1 - y0))
+            res = self.solve(a, init=init)
             if not res.converged and prev is not None:  # retry cold
                 cold = self.solve(a, init=None)
                 if cold.converged:
                     res = cold
             out.append(res)
-            prev = res if res.converged else prev
+            if res.converged:
+                before, prev = (prev if _extrapolable(res) else None), res
             if progress is not None:
                 progress()
         return out
+
+
+def _extrapolable(r: SEResult | None) -> bool:
+    return r is not None and r.converged and r.phase == "regular" and bool(np.all(np.isfinite(r.x)))
 
 
 def solve_interpolating_phase(measure, qz: float, abar: float) -> dict[str, Any]:
