@@ -107,17 +107,23 @@ class StateEvolution:
     channel_options : dict
         passed to :class:`SoftmaxChannel` (quadrature order, QMC points ``qmc_log2`` and ``replicas``: the
         accuracy knob; the reported ``errors`` are the quadrature error estimates of this rule).
-    coarse_options, coarse_tol : dict or None, float
-        QMC rules only (T >= 3 or output noise): the iteration first runs with a cheaper rule
-        (default 2 replicas of 2^(qmc_log2 - 3) points, ``coarse_options`` overrides) until its residual
-        is below ``coarse_tol``, then continues with the accurate rule from there; ``coarse_options=False``
-        disables the coarse stage. Gauss-Hermite rules (T = 2) iterate with one rule, unchanged.
+    coarse_options, coarse_tol : dict or None, float or None
+        the iteration first runs with cheaper maps until its residual is below ``coarse_tol``, then continues
+        with the accurate map from there (Anderson seeded with the cheap stage's secant pairs);
+        ``coarse_options=False`` gives the single-stage solve. QMC rules (T >= 3 or output noise): a cheaper
+        rule (default 2 replicas of 2^(qmc_log2 - 3) points, ``coarse_options`` overrides), ``coarse_tol``
+        default 1e-3. Gauss-Hermite rules (T = 2): the accurate channel rule with warm-started proxes and
+        the fixed spectral rule (``coarse_spectral_nodes`` points per panel, ``denoisers._fixed_integrals``),
+        ``coarse_tol`` default max(0.3 tol, 1e-9); before it, on cold starts only, a pre stage at half the
+        Gauss-Hermite order (``PRE_GH_FRACTION``) until ``pre_tol`` (``pre_tol=0`` skips it). The last
+        Gauss-Hermite stage iterates the cold documented map; the point reported is the one it evaluated last.
     root_fallback : bool
         when the Anderson iteration fails (and the point is not within the quadrature floor), try MINPACK
         hybr on F(y) - y from the best and from the starting point (needed just above the zero phase).
     warm_start : bool
-        QMC rules only: every channel evaluation starts each node's Newton prox at the minimiser of the
-        previous evaluation of the same solve (``SoftmaxChannel.moments(warm=...)``); a solve is still
+        channel evaluations of the cheaper stages (and every one with QMC rules) start each node's Newton prox
+        at the minimiser of the previous evaluation of the same stage (``SoftmaxChannel.moments(warm=...)``),
+        and the spectral cut point at the previous one (``matrix_update(warm=...)``); a solve is still
         deterministic (the warm states are reset at the start of each solve).
     """
 
