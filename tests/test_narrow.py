@@ -120,3 +120,16 @@ def test_narrow_lambda_to_zero_limit_and_threshold():
     assert eps[2] > 0 and eps[2] < 0.02
     for hi, lo in zip(eps[:-1], eps[1:], strict=True):
         assert hi / lo == pytest.approx(np.sqrt(10), rel=0.05)
+
+
+def test_narrow_phase_flags_the_parameter_count():
+    """Between the parameter count kappa - kappa^2/2 = 0.21875 and the phase's own threshold 0.24854 (kappa = 0.25)
+    the lambda -> 0+ phase still solves its equations, but training does not interpolate there (spectra.md
+    section 2: prox/L-BFGS at d = 40, 60, lambda = 1e-5): the result must say so; below the count it is clean."""
+    mu = parse_target("mp:0.5").measure()
+    qz = mu.q0 + 0.25
+    below = solve_narrow_interpolating_phase(mu, qz, 0.21, 0.25)
+    above = solve_narrow_interpolating_phase(mu, qz, 0.24, 0.25)
+    assert below["converged"] and below["message"] == ""
+    assert above["converged"] and "contradicted" in above["message"] and "0.2188" in above["message"]
+    assert above["eps"] < below["eps"]  # eps -> 0 at the phase's end: the count is crossed first
