@@ -54,7 +54,8 @@ def _record(p, spec, alpha, d, seeds, **kw):
         return {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v) for k, v in rec.items()
                 if isinstance(v, (int, float, str, bool, list, np.ndarray)) or v is None}
 
-    parts = ("rec", p.student.model, p.student.kappa, spec, alpha, d, seeds) + tuple(sorted(kw.items()))
+    options = tuple(f"{k}{v}" for k, v in sorted(kw.items()))
+    parts = ("rec", p.student.model, p.student.kappa, spec, alpha, d, seeds) + options
     return _cached(parts, compute)
 
 
