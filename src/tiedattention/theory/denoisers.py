@@ -302,7 +302,7 @@ def solve_narrow_interpolating_phase(measure, qz: float, abar: float, kappa: flo
         # (prox and L-BFGS on W, d = 40-80) confirms it: the train error stays finite as lambda -> 0 here.
         msg = (f"alpha_bar above the parameter count kappa - kappa^2/2 = {kappa - kappa * kappa / 2:.4g}: "
                "contradicted, a rank-kappa d student cannot interpolate noisy labels here and training does not "
-               "(train error flat in lambda, 17-35x this phase's at lambda = 1e-5, d = 40-60)")
+               "(train error flat in lambda, 17-35x this phase's at lambda = 1e-5, d = 40-80)")
     return {"delta": delta, "eps": eps, "I": j2, "m_over_r": j2 + eps * j1 - 2.0 * delta**2 * jg, "rank": si.rank,
             "trace": j1, "iterations": rr.iterations, "residual": resid, "converged": ok,
             "message": msg}
