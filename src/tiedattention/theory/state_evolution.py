@@ -627,9 +627,13 @@ class StateEvolution:
                     y1, y0 = self._to_y(prev.x), self._to_y(before.x)
                     init = self._to_x(y1 + s * (y1 - y0))
             res = self.solve(a, init=init)
-            if not res.converged and prev is not None:  # retry cold
+            if prev is not None and not (res.converged and res.residual <= self.tol):
+                # retry cold when the warm start failed or was only accepted at the quadrature-noise floor:
+                # where the map jumps (nonconvex prox, small lambda past the interpolation peak) a warm start
+                # can stall on the wrong side of a jump that a cold start does not meet (docs/theory/
+                # state_evolution.md, "Known limitation"); keep the better-converged of the two
                 cold = self.solve(a, init=None)
-                if cold.converged:
+                if cold.converged and (not res.converged or cold.residual < res.residual):
                     res = cold
             out.append(res)
             if res.converged:
