@@ -42,13 +42,17 @@ def theory_curve(params: Mapping[str, Any]) -> dict[str, Any]:
         warnings.simplefilter("ignore", ConvergenceWarning)
         for a in alphas:
             res, error = None, ""
+            # warm start first; cold as well when the warm one failed or was only accepted at the quadrature
+            # noise floor (as StateEvolution.learning_curve does); keep the better-converged result
             for init in (prev, None) if prev is not None else (None,):
                 try:
-                    res = se.solve(a, init=init)
+                    trial = se.solve(a, init=init)
                 except (ArithmeticError, ValueError) as exc:  # ParameterError is a ValueError
                     error = f"{type(exc).__name__}: {exc}"
                     continue
-                if res.converged:
+                if res is None or (trial.converged and (not res.converged or trial.residual < res.residual)):
+                    res = trial
+                if res.converged and res.residual <= se.tol:
                     break
             if res is None:
                 records.append({"alpha": a, "alpha_bar": alpha_bar(a, problem.task.tokens), "converged": False,
