@@ -668,6 +668,15 @@ def _rec(n, d, nu, lam, res: SEResult, e0, k, extra=None) -> dict[str, Any]:
     return out
 
 
+def _append_point(out: list, rec: dict[str, Any], res: SEResult, t0: float, progress) -> None:
+    """Finish a curve record (wall seconds of the whole point, the solver's message), append it, tick progress."""
+    rec["seconds"] = time.perf_counter() - t0
+    rec["message"] = res.message
+    out.append(rec)
+    if progress is not None:
+        progress()
+
+
 def limit_curve(problem: Problem, n_over_d, rule: LamRule, progress=None, **options) -> list[dict[str, Any]]:
     """Scaling-limit curve along nu = n/d (d = inf). Records carry lam_t = lambda sqrt(d) instead of lambda."""
     if rule.kind == "fixed":
@@ -686,11 +695,7 @@ def limit_curve(problem: Problem, n_over_d, rule: LamRule, progress=None, **opti
             prev = res
         rec = _rec(None, None, nu, None, res, e0, pt.k_star,
                    {"lam_t": pt.lam_t, "ratio": pt.ratio, "under_energy": pt.under, "c0": c0})
-        rec["seconds"] = time.perf_counter() - t0
-        rec["message"] = res.message
-        out.append(rec)
-        if progress is not None:
-            progress()
+        _append_point(out, rec, res, t0, progress)
     return out
 
 
@@ -737,11 +742,7 @@ def _plain_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=None,
             lam_guess = math.sqrt(res.q_hat) if rule.kind == "optimal" else None
         rec = _rec(alpha * d * d, d, nu, lam, res, e0, k_star_finite(se, res),
                    {"c0": c0, "ratio": res.eps / res.delta if res.phase == "regular" else math.nan, "route": "plain"})
-        rec["seconds"] = time.perf_counter() - t0
-        rec["message"] = res.message
-        out.append(rec)
-        if progress is not None:
-            progress()
+        _append_point(out, rec, res, t0, progress)
     return out
 
 
@@ -844,11 +845,7 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
                     "channel_calls": fast.channel_calls - calls0, "search_trials": info.get("trials", 0)})
         if outliers:
             rec["outliers"] = modes
-        rec["seconds"] = time.perf_counter() - t0
-        rec["message"] = res.message
-        out.append(rec)
-        if progress is not None:
-            progress()
+        _append_point(out, rec, res, t0, progress)
         if k_stop is not None and rec["k_star"] > k_stop:
             break
     return out
