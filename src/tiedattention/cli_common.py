@@ -92,6 +92,12 @@ def with_problem(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def check_dimension(d: int | None) -> None:
+    """The one check of ``--d`` shared by the commands: not given (None) or an integer >= 2."""
+    if d is not None and d < 2:
+        raise ParameterError("d", f"must be an integer >= 2 (got {d})")
+
+
 def parse_floats(text: str, name: str = "alpha", positive: bool = True) -> list[float]:
     """'0.1,0.5,4' or 'start:stop:num' (log-spaced) -> list of floats, validated."""
     text = text.strip()

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from ..cli_common import JsonOpt, cli_errors, emit_json, parse_floats, with_problem
+from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, parse_floats, with_problem
 from ..errors import ParameterError
 from ..problem import Problem
 
@@ -90,8 +90,7 @@ def decompose(
 
     with cli_errors():
         alphas = sorted(parse_floats(alpha, "alpha"))
-        if d is not None and d < 2:
-            raise ParameterError("d", f"must be an integer >= 2 (got {d})")
+        check_dimension(d)
         if seeds < 0:
             raise ParameterError("seeds", f"must be an integer >= 0 (got {seeds})")
         if seeds > 0 and d is None:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..cli_common import JsonOpt, cli_errors, emit_json, parse_floats, with_problem
+from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, parse_floats, with_problem
 from ..errors import ParameterError
 from ..problem import Problem
 
@@ -71,8 +71,7 @@ def simulate(
 
     with cli_errors():
         alphas = parse_floats(alpha, "alpha")
-        if d < 2:
-            raise ParameterError("d", f"must be an integer >= 2 (got {d})")
+        check_dimension(d)
         if seeds < 1:
             raise ParameterError("seeds", f"must be an integer >= 1 (got {seeds})")
         if n_test < 2:

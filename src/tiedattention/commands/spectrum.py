@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from ..cli_common import JsonOpt, cli_errors, emit_json, with_problem
+from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, with_problem
 from ..errors import ParameterError
 from ..problem import Problem, validate_alpha
 
@@ -40,8 +40,7 @@ def spectrum_cmd(
         alpha = validate_alpha(alpha)
         if problem.student.model != "factorized":
             raise ParameterError("model", "the learned-spectrum law is implemented for the factorized student")
-        if d is not None and d < 2:
-            raise ParameterError("d", f"must be an integer >= 2 (got {d})")
+        check_dimension(d)
         if seeds < 1:
             raise ParameterError("seeds", f"must be >= 1 (got {seeds})")
         if out is not None and out.suffix.lower() != ".png":

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import JsonOpt, cli_errors, emit_json, parse_floats, with_problem
+from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, parse_floats, with_problem
 from ..errors import ParameterError
 from ..problem import Problem
 
@@ -33,8 +33,7 @@ def theory(
 
     with cli_errors():
         alphas = sorted(parse_floats(alpha, "alpha"))
-        if d is not None and d < 2:
-            raise ParameterError("d", f"must be an integer >= 2 (got {d})")
+        check_dimension(d)
         if not tol > 0:
             raise ParameterError("tol", f"must be > 0 (got {tol})")
         options = {"tol": tol}
