@@ -42,18 +42,13 @@ def theory_curve(params: Mapping[str, Any]) -> dict[str, Any]:
         warnings.simplefilter("ignore", ConvergenceWarning)
         for a in alphas:
             res, error = None, ""
-            # warm start first; cold as well when the warm one failed or was only accepted at the quadrature
-            # noise floor (as StateEvolution.learning_curve does); keep the better-converged result
+            # warm (falling back to cold, StateEvolution.solve_warm); cold alone if the warm solve raised
             for init in (prev, None) if prev is not None else (None,):
                 try:
-                    trial = se.solve(a, init=init)
+                    res = se.solve_warm(a, init)
+                    break
                 except (ArithmeticError, ValueError) as exc:  # ParameterError is a ValueError
                     error = f"{type(exc).__name__}: {exc}"
-                    continue
-                if res is None or (trial.converged and (not res.converged or trial.residual < res.residual)):
-                    res = trial
-                if res.converged and res.residual <= se.tol:
-                    break
             if res is None:
                 records.append({"alpha": a, "alpha_bar": alpha_bar(a, problem.task.tokens), "converged": False,
                                 "phase": "failed", "message": error})

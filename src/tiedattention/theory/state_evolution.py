@@ -613,6 +613,24 @@ class StateEvolution:
         )
 
     # ----------------------------------------------------------------- sweeps ------------------
+    def solve_warm(self, alpha: float, init: np.ndarray | SEResult | None) -> SEResult:
+        """Solve from a warm start, and cold as well when the warm solve failed or was only accepted at the
+        quadrature-noise floor; the better-converged of the two is returned.
+
+        Where the map jumps (nonconvex prox, small lambda past the interpolation peak) a warm start can stall
+        on the wrong side of a jump that a cold start does not meet (docs/theory/state_evolution.md, "Known
+        limitation"). An exception of the warm solve propagates; one of the optional cold solve keeps the warm
+        result.
+        """
+        res = self.solve(alpha, init=init)
+        if init is None or (res.converged and res.residual <= self.tol):
+            return res
+        try:
+            cold = self.solve(alpha, init=None)
+        except (ArithmeticError, ValueError):
+            return res
+        return cold if cold.converged and (not res.converged or cold.residual < res.residual) else res
+
     def learning_curve(self, alphas, progress=None) -> list[SEResult]:
         """Solve along a sequence of alphas, warm-starting each point from the previous one."""
         out: list[SEResult] = []
@@ -626,15 +644,7 @@ class StateEvolution:
                 if abs(s) <= 2.0:
                     y1, y0 = self._to_y(prev.x), self._to_y(before.x)
                     init = self._to_x(y1 + s * (y1 - y0))
-            res = self.solve(a, init=init)
-            if prev is not None and not (res.converged and res.residual <= self.tol):
-                # retry cold when the warm start failed or was only accepted at the quadrature-noise floor:
-                # where the map jumps (nonconvex prox, small lambda past the interpolation peak) a warm start
-                # can stall on the wrong side of a jump that a cold start does not meet (docs/theory/
-                # state_evolution.md, "Known limitation"); keep the better-converged of the two
-                cold = self.solve(a, init=None)
-                if cold.converged and (not res.converged or cold.residual < res.residual):
-                    res = cold
+            res = self.solve_warm(a, init)
             out.append(res)
             if res.converged:
                 before, prev = (prev if _extrapolable(res) else None), res
