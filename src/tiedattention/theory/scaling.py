@@ -752,8 +752,9 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
     """Finite-d SE along alphas (n = alpha d^2) with the lambda rule: one record per alpha.
 
     route = "fast" (default): :class:`FastFiniteD` with continuation along the curve: the next point's
-    (q, m, Sigma), delta and optimal r = eps/delta are extrapolated (log-log, last two points); the optimal rule
-    minimises the test error over r by a parabola through bracketing trials (docs/theory/scaling.md section 6).
+    (q, m, Sigma), delta and optimal log lambda are extrapolated (log-log, last two points); the optimal rule
+    minimises the test error over log lambda by a parabola through bracketing trials (``FastFiniteD.
+    solve_optimal``; docs/theory/scaling.md section 6).
     A point the fast route cannot solve (e.g. S_hat = 0 under a large lambda) is solved by the plain route.
     route = "plain": a fresh :class:`StateEvolution` per lambda, Brent over log lambda (xatol) for the optimal rule.
 
