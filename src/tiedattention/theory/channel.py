@@ -774,6 +774,9 @@ class ChannelMoments:
     prox_residual: float
     prox_iterations: int
     stein: dict = field(default_factory=dict)
+    # moments(jacobian=True): 2 alpha E||dg/dz||_F^2 (the channel's replicon, theory/stability.py) and its error
+    jac_sq: float | None = None
+    jac_sq_error: float | None = None
 
 
 _KEYS = ("q_hat", "m_hat", "sigma_hat", "train_error", "loss_mean", "envelope", "m_hat_stein", "sigma_hat_stein")
@@ -898,7 +901,8 @@ class SoftmaxChannel:
         return float(np.sum(w * v))  # pairwise summation: deterministic
 
     # ---------------------------------------------------------------------------------------------
-    def moments(self, alpha: float, q: float, m: float, sigma: float, warm: dict | None = None) -> ChannelMoments:
+    def moments(self, alpha: float, q: float, m: float, sigma: float, warm: dict | None = None,
+                jacobian: bool = False) -> ChannelMoments:
         """Conjugate order parameters and prox observables at (q, m, sigma). See :class:`ChannelMoments`.
 
         ``sigma = 0`` is the exact limit (h* = z, g = -grad l(z), dg/dz = -H(z)); q = m = 0 (z = 0) is allowed.
@@ -999,6 +1003,8 @@ class SoftmaxChannel:
                 vals["sigma_hat_stein"] = -self._wsum(panel.w, gb)
             else:
                 vals["m_hat_stein"] = vals["sigma_hat_stein"] = float("nan")
+            if jacobian:  # ||dg/dz||_F^2 = ||H (I + sigma H)^-1||_F^2 per node (g has no e component)
+                vals["jac_sq"] = self._wsum(panel.w, np.sum(X[:, :, :n] ** 2, axis=(1, 2)))
             per_panel.append(vals)
         val, err = self._combine(per_panel)
         const = T * p.noise_out  # row-mean part of the output noise: constant loss
@@ -1007,7 +1013,7 @@ class SoftmaxChannel:
         val["train_error"] = val["loss_mean"]
         err["train_error"] = err["loss_mean"]
         two_a = 2.0 * alpha
-        for k in ("q_hat", "m_hat", "sigma_hat", "m_hat_stein", "sigma_hat_stein"):
+        for k in ("q_hat", "m_hat", "sigma_hat", "m_hat_stein", "sigma_hat_stein") + (("jac_sq",) if jacobian else ()):
             val[k] *= two_a
             err[k] *= two_a
         if max_res > max(self.tol, 1e-9):
@@ -1033,6 +1039,8 @@ class SoftmaxChannel:
                 "m_hat_err": err["m_hat_stein"],
                 "sigma_hat_err": err["sigma_hat_stein"],
             },
+            jac_sq=val["jac_sq"] if jacobian else None,
+            jac_sq_error=err["jac_sq"] if jacobian else None,
         )
 
     # ---------------------------------------------------------------------------------------------
