@@ -1,0 +1,313 @@
+r"""Replica-symmetry (de Almeida-Thouless) stability of the state-evolution fixed point.
+
+Derivation: docs/theory/stability.md. The RS fixed point of the ERM is locally stable against replica-symmetry
+breaking iff
+
+    AT = [2 alpha E ||dg/dz||_F^2] * [(1/Sigma_hat^2) * D2] < 1,
+
+* channel replicon ``2 alpha E||dg/dz||_F^2``: g = (h* - z)/Sigma the prox output of one sequence, dg/dz its
+  K x K Jacobian (= -H (I + Sigma H)^-1, exact, from implicit differentiation; K = T(T+1)/2 logits in the
+  channel's coordinates, in which every logit has variance q); from ``SoftmaxChannel.moments(jacobian=True)``;
+* denoiser replicon ``D2/Sigma_hat^2``: the squared Frobenius norm of the Jacobian of the matrix denoiser
+  S_hat(Y) = f(Y)/Sigma_hat per d^2/2 coordinates, i.e. for the soft threshold phi(y) = (y - eps)_+ on
+  rho_delta (Y = m_hat (S0 + delta Z), the difference quotients are scale-free)
+
+      D2 = int int ((phi(x) - phi(y))/(x - y))^2 rho_delta(x) rho_delta(y) dx dy
+         = r^2 + 2 int_{x > eps} int_{y < eps} ((x - eps)/(x - y))^2 rho_delta(x) rho_delta(y),
+
+  r the rank fraction; for the direct (ridge) student D2/Sigma_hat^2 = 1/(Sigma_hat + 4 lam)^2 exactly.
+
+AT is also the factor by which the mean square of a small random perturbation of GAMP's iterate grows per
+undamped iteration at its fixed point (Kabashima 2003): tests/test_stability.py measures it.
+
+Narrow students (kappa < 1) whose rank cut binds above the threshold (c > eps): the quotient (phi(x) - 0)/(x - y)
+across the cut behaves like (c - eps)/(x - y), whose square is not integrable at x = y = c: D2 diverges like
+2 (c - eps)^2 rho_delta(c)^2 log d at finite d, so AT = inf (the RS fixed point is unstable).
+:func:`finite_d_denoiser_replicon` gives the deterministic finite-d value on the d classical locations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ..problem import Problem
+from .channel import ChannelParams, SoftmaxChannel
+from .denoisers import RIDGE_FACTOR
+from .spectral import FreeConvolution
+
+__all__ = [
+    "StabilityResult",
+    "rs_stability",
+    "channel_replicon",
+    "denoiser_replicon",
+    "soft_threshold_d2",
+    "spectral_jacobian_sq",
+    "finite_d_denoiser_replicon",
+]
+
+_GRADE_LEVELS = 44  # geometric grading of the panels next to the threshold (ratio 1/2): innermost 2^-44 of a panel
+
+
+@dataclass(frozen=True)
+class StabilityResult:
+    """AT = channel * denoiser (< 1: RS stable). ``error``: quadrature error estimate of AT.
+
+    ``channel`` = 2 alpha E||dg/dz||_F^2, ``denoiser`` = D2/Sigma_hat^2; ``channel_normalised`` = channel * Sigma^2
+    and ``denoiser_normalised`` = D2/(Sigma Sigma_hat)^2 (both are 1 for a linear channel/denoiser at the
+    boundary; their product is AT). ``divergence_check`` = D1/(Sigma Sigma_hat) - 1 where D1 is the difference
+    quotient integral on the same nodes (must be 0: D1 = 2 int phi rho Re g = Sigma Sigma_hat).
+    """
+
+    at: float
+    error: float
+    channel: float
+    channel_error: float
+    denoiser: float
+    denoiser_error: float
+    channel_normalised: float
+    denoiser_normalised: float
+    divergence_check: float
+    stable: bool
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------
+# finite-d: the Jacobian of a spectral function of a symmetric matrix
+# --------------------------------------------------------------------------------------------------
+def spectral_jacobian_sq(mu: np.ndarray, f: np.ndarray, fprime: np.ndarray) -> float:
+    """Squared Hilbert-Schmidt norm of the Jacobian of Y = U diag(mu) U^T -> U diag(f) U^T on Sym(d).
+
+    In the N = d(d+1)/2 orthonormal coordinates of Sym(d) the Jacobian is diagonal in the eigenbasis of Y:
+    f'(mu_i) on E_ii, (f_i - f_j)/(mu_i - mu_j) on (E_ij + E_ji)/sqrt 2. Hence
+    ``sum_i f'(mu_i)^2 + sum_{i<j} ((f_i - f_j)/(mu_i - mu_j))^2`` (equal eigenvalues: the mean derivative).
+    """
+    mu, f, fprime = (np.asarray(a, float) for a in (mu, f, fprime))
+    dmu = mu[:, None] - mu[None, :]
+    df = f[:, None] - f[None, :]
+    scale = max(float(np.max(np.abs(mu))), 1e-300)
+    close = np.abs(dmu) <= 1e-12 * scale
+    ratio = np.where(close, 0.5 * (fprime[:, None] + fprime[None, :]), df / np.where(close, 1.0, dmu))
+    iu = np.triu_indices(mu.size, 1)
+    return float(np.sum(fprime**2) + np.sum(ratio[iu] ** 2))
+
+
+# --------------------------------------------------------------------------------------------------
+# the denoiser's replicon: D2 for the soft threshold on rho_delta
+# --------------------------------------------------------------------------------------------------
+def _graded(pieces: list[tuple[float, float, float, float]], u_c: float | None, side: str):
+    """Split the piece that ends (side='below') or starts (side='above') at u_c geometrically towards u_c."""
+    out = []
+    for lo, hi, eb, ea in pieces:
+        at_cut = u_c is not None and ((side == "above" and lo == u_c) or (side == "below" and hi == u_c))
+        if not at_cut:
+            out.append((lo, hi, eb, ea))
+            continue
+        L = hi - lo
+        pts = [L * 0.5**k for k in range(_GRADE_LEVELS + 1)] + [0.0]  # distances from u_c, decreasing
+        for k in range(len(pts) - 1):
+            far, near = pts[k], pts[k + 1]
+            if side == "above":
+                out.append((u_c + near, u_c + far, 0.0, ea if k == 0 else 0.0))
+            else:
+                out.append((u_c - far, u_c - near, eb if k == 0 else 0.0, 0.0))
+    return out
+
+
+def _nodes(fc: FreeConvolution, pieces, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """y, weights (rho_delta dy) and Re g_delta on n-point Gauss-Jacobi panels."""
+    if not pieces:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    arr = np.array(pieces, float)
+    r = fc._panel_nodes(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], n)
+    return r["y"].ravel(), r["w"].ravel(), r["re_g"].ravel()
+
+
+def _split_pieces(fc: FreeConvolution, eps: float):
+    """Support pieces in u above and below y = eps, and the cut point u_c (None if eps is outside the bulks)."""
+    above, below, u_c = [], [], None
+    for k, (lo, hi) in enumerate(fc.intervals_u):
+        ylo, yhi = fc._ylo[k], fc._yhi[k]
+        if yhi <= eps:
+            below.append((lo, hi, 0.5, 0.5))
+        elif ylo >= eps:
+            above.append((lo, hi, 0.5, 0.5))
+        else:
+            u_c = fc._u_of_y(float(eps), lo, hi)
+            below.append((lo, u_c, 0.5, 0.0))
+            above.append((u_c, hi, 0.0, 0.5))
+    return above, below, u_c
+
+
+def _refine(fc: FreeConvolution, pieces, eps: float, rtol: float = 1e-11):
+    """The adaptive rule's accepted panels for int rho and int |y - eps| rho on these pieces."""
+    if not pieces:
+        return []
+    res = fc.adaptive(pieces, lambda y, rg: [np.ones_like(y), np.abs(y - eps)], rtol=rtol)
+    p = res["panels"]
+    return [(float(a), float(b), float(c), float(d)) for a, b, c, d in zip(p["lo"], p["hi"], p["eb"], p["ea"],
+                                                                              strict=True)]
+
+
+def soft_threshold_d2(fc: FreeConvolution, eps: float, n: int = 16, n_check: int = 24) -> dict[str, float]:
+    """D2 = int int ((phi(x) - phi(y))/(x - y))^2 rho rho for phi(y) = (y - eps)_+ on rho_delta, with D1 (the
+    same with the first power) and 2 int phi rho Re g (= D1 exactly) as a check.
+
+    Product Gauss-Jacobi rule over (x above eps) x (y below eps) on the adaptive rule's panels, the panels next
+    to eps graded geometrically towards it (the integrand ((x - eps)/(x - y))^2 is bounded by 1 but
+    discontinuous at the corner x = y = eps); error = difference between n- and n_check-point rules.
+    """
+    above, below, u_c = _split_pieces(fc, eps)
+    above = _graded(_refine(fc, above, eps), u_c, "above")
+    below = _graded(_refine(fc, below, eps), u_c, "below")
+
+    def compute(nn: int) -> tuple[float, float, float, float]:
+        ya, wa, ga = _nodes(fc, above, nn)
+        yb, wb, _ = _nodes(fc, below, nn)
+        rank = float(np.sum(wa))
+        a = ya - eps
+        pv = 2.0 * float(np.sum(wa * a * ga))  # 2 int phi rho Re g
+        if yb.size == 0 or ya.size == 0:
+            return rank**2, rank**2, rank, pv
+        b = eps - yb
+        quot = a[:, None] / (a[:, None] + b[None, :])
+        cross1 = float(wa @ quot @ wb)
+        cross2 = float(wa @ (quot * quot) @ wb)
+        return rank**2 + 2.0 * cross2, rank**2 + 2.0 * cross1, rank, pv
+
+    d2, d1, rank, pv = compute(n)
+    d2c, d1c, _, pvc = compute(n_check)
+    return {"D2": d2, "D2_error": abs(d2 - d2c), "D1": d1, "D1_error": abs(d1 - d1c), "rank": rank,
+            "two_int_phi_re_g": pv, "nodes": (len(above) + len(below)) * n}
+
+
+def denoiser_replicon(problem: Problem, measure, q_hat: float, m_hat: float, sigma_hat: float) -> dict[str, Any]:
+    """D2/Sigma_hat^2 for the student's denoiser at the conjugates (with D1 and its check, see above).
+
+    Returns a dict with ``value``, ``error``, ``D2``, ``D1``, ``sigma_sigma_hat`` (= 2 int phi rho Re g or, for the
+    direct model, Sigma_hat/(Sigma_hat + 4 lam)) and ``message``. Narrow students whose cut binds above the
+    threshold: value = inf (see the module docstring).
+    """
+    lam = problem.student.lam
+    if problem.student.model == "direct":
+        den = sigma_hat + RIDGE_FACTOR * lam
+        return {"value": 1.0 / den**2, "error": 0.0, "D2": (sigma_hat / den) ** 2, "D1": sigma_hat / den,
+                "sigma_sigma_hat": sigma_hat / den, "message": "direct (ridge) student: linear denoiser"}
+    delta = math.sqrt(q_hat) / m_hat
+    eps = 2.0 * lam / m_hat
+    fc = FreeConvolution(measure, delta)
+    top = float(fc._yhi[-1])
+    if eps >= top:
+        return {"value": 0.0, "error": 0.0, "D2": 0.0, "D1": 0.0, "sigma_sigma_hat": 0.0,
+                "message": "zero phase: S_hat = 0 in a neighbourhood, the denoiser's Jacobian vanishes"}
+    kappa = problem.student.kappa
+    if kappa < 1:
+        c = fc.quantile(kappa)
+        if c > eps:
+            return {"value": math.inf, "error": 0.0, "D2": math.inf, "D1": float("nan"),
+                    "sigma_sigma_hat": float("nan"), "cut": c, "eps": eps,
+                    "message": (f"rank cut binds above the threshold (cut {c:.6g} > eps {eps:.6g}): the denoiser's "
+                                "Jacobian has an infinite (log d) Frobenius norm, RS unstable")}
+    r = soft_threshold_d2(fc, eps)
+    return {"value": r["D2"] / sigma_hat**2, "error": r["D2_error"] / sigma_hat**2, "D2": r["D2"], "D1": r["D1"],
+            "sigma_sigma_hat": r["two_int_phi_re_g"], "rank": r["rank"], "eps": eps, "delta": delta,
+            "message": ""}
+
+
+def finite_d_denoiser_replicon(problem: Problem, measure, q_hat: float, m_hat: float, sigma_hat: float,
+                               d: int) -> float:
+    """(2/d^2) ||D S_hat(Y)||_HS^2 with the d eigenvalues of Y/m_hat at the classical locations of rho_delta
+    (quantiles (i - 1/2)/d): a deterministic finite-d value of D2/Sigma_hat^2 (-> the integral as d -> inf for
+    kappa >= 1; grows like log d for a binding rank cut)."""
+    lam = problem.student.lam
+    delta = math.sqrt(q_hat) / m_hat
+    eps = 2.0 * lam / m_hat
+    fc = FreeConvolution(measure, delta)
+    pieces = [(lo, hi, 0.5, 0.5) for lo, hi in fc.intervals_u]
+    full = fc.adaptive(pieces, lambda y, rg: [np.ones_like(y)])["panels"]
+    # fine (y, cdf) table from the accepted panels, then invert by interpolation
+    arr = np.column_stack([full["lo"], full["hi"], full["eb"], full["ea"]])
+    sub = []
+    for lo, hi, eb, ea in arr:
+        edges = np.linspace(lo, hi, 9)
+        for j in range(8):
+            sub.append((edges[j], edges[j + 1], eb if j == 0 else 0.0, ea if j == 7 else 0.0))
+    sub = np.array(sub)
+    r = fc._panel_nodes(sub[:, 0], sub[:, 1], sub[:, 2], sub[:, 3], 16)
+    mass = r["w"].sum(axis=1)
+    y_hi = fc.psi(sub[:, 1])
+    cdf = np.cumsum(mass) / mass.sum()
+    targets = (np.arange(d) + 0.5) / d
+    mu = np.interp(targets, np.concatenate([[0.0], cdf]), np.concatenate([[fc.psi(sub[:1, 0])[0]], y_hi]))
+    f = np.maximum(mu - eps, 0.0)
+    fp = (mu > eps).astype(float)
+    p = problem.student.width(d) if problem.student.model != "direct" else d
+    if p < d:
+        f[: d - p] = 0.0
+        fp[: d - p] = 0.0
+    return 2.0 * spectral_jacobian_sq(mu, f, fp) / d**2 / sigma_hat**2
+
+
+# --------------------------------------------------------------------------------------------------
+# the channel's replicon and the product
+# --------------------------------------------------------------------------------------------------
+def _channel(problem: Problem, measure, channel_options: dict | None) -> SoftmaxChannel:
+    task = problem.task
+    noise_out = task.noise_out if task.task == "seq2lab" else 0.0
+    params = ChannelParams(tokens=task.tokens, beta=problem.student.beta, beta0=task.beta0, noise=task.noise,
+                           noise_out=noise_out, q0=measure.q0)
+    sharp = max(1.0, problem.student.beta, task.beta0)  # the SE's default rule (state_evolution.py)
+    options = {"order": int(math.ceil(12 * sharp)), **(channel_options or {})}
+    if task.tokens >= 5 and "qmc_log2" not in options:
+        options["qmc_log2"] = 11
+    return SoftmaxChannel(params, **{**options, "estimate_error": True})
+
+
+def channel_replicon(problem: Problem, alpha: float, q: float, m: float, sigma: float, measure=None,
+                     channel_options: dict | None = None):
+    """(2 alpha E||dg/dz||_F^2, its quadrature error, the ChannelMoments) at (q, m, Sigma), with the SE's rule."""
+    measure = problem.task.target.measure(None) if measure is None else measure
+    ch = _channel(problem, measure, channel_options).moments(alpha, q, m, sigma, jacobian=True)
+    return ch.jac_sq, ch.jac_sq_error, ch
+
+
+def rs_stability(problem: Problem, point, alpha: float | None = None, d: int | None = None,
+                 channel_options: dict | None = None) -> StabilityResult:
+    """AT value of the RS fixed point ``point`` (an :class:`SEResult`, or (q, m, Sigma) with ``alpha``).
+
+    The conjugates are recomputed from (q, m, Sigma) by the same channel rule as the SE's (so that the channel
+    and the denoiser parts belong to one evaluation); ``d`` only for list-based targets.
+    """
+    if hasattr(point, "q"):
+        alpha = point.alpha if alpha is None else alpha
+        q, m, sigma = point.q, point.m, point.sigma
+    else:
+        q, m, sigma = (float(v) for v in point)
+    if alpha is None:
+        raise ValueError("alpha is needed with (q, m, sigma)")
+    measure = problem.task.target.measure(d)
+    if q == 0.0 and m == 0.0:
+        return StabilityResult(0.0, 0.0, float("nan"), 0.0, 0.0, 0.0, float("nan"), 0.0, 0.0, True,
+                               "zero phase: S_hat = 0, AT = 0")
+    chan, chan_err, ch = channel_replicon(problem, alpha, q, m, sigma, measure, channel_options)
+    den = denoiser_replicon(problem, measure, ch.q_hat, ch.m_hat, ch.sigma_hat)
+    at = chan * den["value"]
+    if math.isinf(den["value"]):
+        err = 0.0
+    else:
+        err = chan_err * den["value"] + chan * den["error"]
+    ss = den["sigma_sigma_hat"]
+    check = den["D1"] / ss - 1.0 if ss and math.isfinite(ss) and ss > 0 else float("nan")
+    dn = den["D2"] / (sigma * ch.sigma_hat) ** 2 if sigma > 0 else float("nan")
+    return StabilityResult(
+        at=float(at), error=float(err), channel=float(chan), channel_error=float(chan_err),
+        denoiser=float(den["value"]), denoiser_error=float(den["error"]),
+        channel_normalised=float(chan * sigma**2), denoiser_normalised=float(dn),
+        divergence_check=float(check), stable=bool(at < 1.0), message=den["message"],
+    )

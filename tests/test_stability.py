@@ -1,0 +1,269 @@
+"""RS (de Almeida-Thouless) stability of the state-evolution fixed point (theory/stability.py).
+
+Derivation, measured numbers and commands: docs/theory/stability.md. Default tests: closed forms (direct model,
+linear denoiser), the symmetric-matrix Jacobian against an explicit finite-d Jacobian, the exact identity
+D1 = Sigma Sigma_hat on the quadrature nodes, determinism. Slow: the AT value against the growth factor of
+perturbations of undamped GAMP linearised at its fixed point on data (d = 100)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from tiedattention.problem import Problem
+from tiedattention.theory.spectral import FreeConvolution
+from tiedattention.theory.stability import (
+    channel_replicon,
+    denoiser_replicon,
+    finite_d_denoiser_replicon,
+    rs_stability,
+    soft_threshold_d2,
+    spectral_jacobian_sq,
+)
+from tiedattention.theory.state_evolution import SEResult
+
+REF = dict(target="mp:0.5", noise=0.5, tokens=2)
+
+
+def _se_point(alpha, q, m, sigma) -> SEResult:
+    nan = float("nan")
+    return SEResult(alpha, 2 * alpha, q, m, sigma, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, nan, True, 0,
+                    0.0, 0.0)
+
+
+# ------------------------------------------------------------------------------------------------ closed forms
+def test_direct_model_linear_denoiser_is_one_over_sigma_hat_plus_4lam_squared():
+    pb = Problem.from_options(**REF, lam=0.03, model="direct")
+    measure = pb.task.target.measure(None)
+    r = denoiser_replicon(pb, measure, q_hat=0.7, m_hat=1.3, sigma_hat=0.9)
+    assert r["value"] == pytest.approx(1.0 / (0.9 + 4 * 0.03) ** 2, rel=1e-15)
+    assert r["D2"] == pytest.approx(r["D1"] ** 2, rel=1e-15)  # linear: the quotient is constant
+
+
+@pytest.mark.parametrize("lam", [1e-3, 0.1])
+@pytest.mark.parametrize("curv", [0.3, 2.0, 10.0])
+def test_ridge_with_a_quadratic_channel_is_rs_stable_at_every_alpha(lam, curv):
+    """Convex (ridge + square loss) case by closed form: with a constant PSD loss Hessian H the channel Jacobian
+    is -H(I + Sigma H)^-1 and the fixed point of Sigma = 1/(Sigma_hat + 4 lam), Sigma_hat = 2 alpha tr
+    H(I + Sigma H)^-1, gives AT = 2 alpha Sigma^2 sum u_k^2 with u_k = Sigma h_k/(1 + Sigma h_k) in [0, 1):
+    AT < Sigma Sigma_hat = 1 - 4 lam Sigma < 1 for every alpha."""
+    h = curv * np.array([1.0, 0.4])  # K - 1 = 2 non-trivial directions (T = 2)
+    for alpha in (0.01, 0.1, 0.5, 1.0, 5.0, 50.0):
+        sigma = 1.0
+        for _ in range(2000):  # the scalar fixed point (a contraction in Sigma)
+            sigma_hat = 2 * alpha * np.sum(h / (1 + sigma * h))
+            sigma = 1.0 / (sigma_hat + 4 * lam)
+        sigma_hat = 2 * alpha * np.sum(h / (1 + sigma * h))
+        channel = 2 * alpha * np.sum((h / (1 + sigma * h)) ** 2)
+        pb = Problem.from_options(**REF, lam=lam, model="direct")
+        den = denoiser_replicon(pb, pb.task.target.measure(None), 1.0, 1.0, sigma_hat)["value"]
+        at = channel * den
+        u = sigma * h / (1 + sigma * h)
+        assert at == pytest.approx(2 * alpha * np.sum(u**2), rel=1e-9)
+        assert at < sigma * sigma_hat < 1.0
+
+
+def test_direct_model_at_is_below_one_and_equals_the_normalised_channel():
+    pb = Problem.from_options(**REF, lam=0.01, model="direct")
+    s = rs_stability(pb, _se_point(0.25, 0.6770, 0.7782, 8.0809))
+    assert s.denoiser_normalised == pytest.approx(1.0, abs=1e-3)  # Sigma (Sigma_hat + 4 lam) = 1 at the fixed point
+    assert s.at == pytest.approx(s.channel_normalised * s.denoiser_normalised, rel=1e-12)
+    assert 0 < s.at < 1 and s.stable
+
+
+# ------------------------------------------------------------------------------------------------ finite d
+def _explicit_jacobian_sq(Y: np.ndarray, f) -> float:
+    """||D F(Y)||_HS^2 in the orthonormal coordinates of Sym(d), F(Y) = U f(mu) U^T, by central differences
+    of the matrix function along every basis direction (an independent route: no eigenbasis formula)."""
+    d = Y.shape[0]
+    basis = []
+    for i in range(d):
+        for j in range(i, d):
+            E = np.zeros((d, d))
+            if i == j:
+                E[i, i] = 1.0
+            else:
+                E[i, j] = E[j, i] = 1 / math.sqrt(2)
+            basis.append(E)
+
+    def F(M):
+        mu, U = np.linalg.eigh(M)
+        return (U * f(mu)) @ U.T
+
+    h = 1e-6
+    total = 0.0
+    for E in basis:
+        col = (F(Y + h * E) - F(Y - h * E)) / (2 * h)  # a symmetric matrix; its orthonormal-coordinate norm
+        total += float(np.sum(col * col))  # ||col||_F^2 = sum over orthonormal coordinates
+    return total
+
+
+@pytest.mark.parametrize("rank", [None, 4])
+def test_spectral_jacobian_formula_matches_an_explicit_jacobian(rank):
+    rng = np.random.default_rng(3)
+    d = 7
+    G = rng.standard_normal((d, d))
+    Y = (G + G.T) / math.sqrt(2 * d) + np.diag(np.linspace(-0.5, 1.0, d))
+    thr = 0.1
+    mu = np.linalg.eigvalsh(Y)
+    keep = np.ones(d, bool) if rank is None else np.arange(d) >= d - rank
+    cut_level = -np.inf if rank is None else 0.5 * (mu[d - rank - 1] + mu[d - rank])
+
+    def f(x):
+        return np.where(x > cut_level, np.maximum(x - thr, 0.0), 0.0)
+
+    fv = np.where(keep, np.maximum(mu - thr, 0.0), 0.0)
+    fp = np.where(keep, (mu > thr).astype(float), 0.0)
+    assert spectral_jacobian_sq(mu, fv, fp) == pytest.approx(_explicit_jacobian_sq(Y, f), rel=1e-6)
+
+
+def test_finite_d_denoiser_replicon_tends_to_the_integral():
+    """Classical locations at d = 100, 400, 1600 approach D2/Sigma_hat^2 (kappa = 1), with an error ~ 1/d."""
+    pb = Problem.from_options(**REF, lam=0.01)
+    measure = pb.task.target.measure(None)
+    qh, mh, sh = 0.02, 1.4, 0.6
+    exact = denoiser_replicon(pb, measure, qh, mh, sh)["value"]
+    errs = [abs(finite_d_denoiser_replicon(pb, measure, qh, mh, sh, d) / exact - 1) for d in (100, 400, 1600)]
+    assert errs[-1] < 0.01
+    assert errs[2] < errs[1] < errs[0]
+
+
+# ------------------------------------------------------------------------------------------------ quadrature
+@pytest.mark.parametrize("delta,eps", [(0.3, 0.05), (1.0, 0.4), (2.5, 1.5), (0.08, 0.02)])
+def test_difference_quotient_integral_equals_two_int_phi_re_g(delta, eps):
+    """D1 = int int (phi(x) - phi(y))/(x - y) rho rho = 2 int phi rho Re g (Re g the principal value): the same
+    product rule that gives D2 must reproduce the 1-D integral of the SE's Sigma equation; and 0 <= the quotient
+    <= 1 gives rank^2 <= D2 <= D1."""
+    measure = Problem.from_options(**REF).task.target.measure(None)
+    fc = FreeConvolution(measure, delta)
+    r = soft_threshold_d2(fc, eps)
+    assert r["D1"] == pytest.approx(r["two_int_phi_re_g"], rel=1e-9)
+    assert r["rank"] ** 2 <= r["D2"] <= r["D1"]
+    assert r["D2_error"] < 1e-8 * r["D2"]
+
+
+def test_narrow_student_with_a_binding_cut_is_rs_unstable():
+    pb = Problem.from_options(**REF, lam=0.01, kappa=0.25)
+    measure = pb.task.target.measure(None)
+    r = denoiser_replicon(pb, measure, 0.02, 1.4, 0.6)
+    assert math.isinf(r["value"]) and "rank cut binds" in r["message"]
+    # at finite d the classical-location value grows like log d
+    v = [finite_d_denoiser_replicon(pb, measure, 0.02, 1.4, 0.6, d) for d in (100, 400, 1600)]
+    assert v[0] < v[1] < v[2]
+    assert (v[2] - v[1]) == pytest.approx(v[1] - v[0], rel=0.25)  # equal increments per factor 4 in d
+
+
+def test_rs_stability_is_deterministic_and_below_one_at_the_reference_point():
+    pb = Problem.from_options(**REF, lam=0.01)
+    point = _se_point(0.5, 1.4613, 1.3806, 2.3017)
+    a = rs_stability(pb, point)
+    b = rs_stability(pb, point)
+    assert a == b
+    assert 0.3 < a.at < 1 and a.stable
+    assert abs(a.divergence_check) < 1e-9
+    assert a.error < 0.02 * a.at
+
+
+def test_channel_replicon_obeys_the_cauchy_schwarz_bound_of_sigma_hat():
+    """Per node ||J||_F^2 >= (tr J)^2/(K - 1) (J = dg/dz has rank <= K - 1), and E X^2 >= (E X)^2 on the positive
+    quadrature weights: 2 alpha E||J||^2 >= Sigma_hat^2/(2 alpha (K - 1)), K - 1 = 2 at T = 2 (equality iff
+    J is a multiple of the projection, the same at every node)."""
+    pb = Problem.from_options(**REF, lam=0.01)
+    for alpha, q, m, sigma in ((0.5, 1.4613, 1.3806, 2.3017), (0.1, 0.6373, 0.6608, 18.9383)):
+        v, e, ch = channel_replicon(pb, alpha, q, m, sigma)
+        assert v >= ch.sigma_hat**2 / (2 * alpha * 2)
+        assert 0 < e < 0.05 * v
+
+
+# ------------------------------------------------------------------------------------------------ GAMP (slow)
+def linearised_gamp_growth(problem, X, y, res, S0=None, iterations=30, seed=0, project=True, return_state=False):
+    """Growth of perturbations of undamped GAMP linearised at its fixed point ``res`` (V, Sigma_hat frozen).
+
+    State (dS, dg_prev): d_omega = A dS - V dg_prev; dg = J d_omega with J = -H (I + V H)^-1 per sequence (H the
+    loss Hessian at h* = A(S*)); dY = Sigma_hat dS + (2/d) A^T dg; dS' = U (Q o U^T dY U) U^T / Sigma_hat with Q the
+    difference quotients of f = (mu - 2 lam)_+ at the eigenvalues of Y*. With ``project``, dS' is projected
+    orthogonal to S* and S0 (the order-parameter directions). Returns the per-iteration ratios
+    ||dS_{t+1}||^2 / ||dS_t||^2 (the quantity AT predicts, from the first step on)."""
+    from tiedattention.amp import MeasurementOperator
+    from tiedattention.theory.channel import softmax_loss
+
+    op = MeasurementOperator(X)
+    d, T = op.d, op.T
+    lam = problem.student.lam
+    direct = problem.student.model == "direct"
+    S, V, sh = res.S_hat, res.sigma, res.sigma_hat
+    h = op.forward(S)
+    _, grad, H = softmax_loss(h, y, problem.student.beta, T)
+    g = -grad
+    K = H.shape[1]
+    J = -np.linalg.solve(np.eye(K)[None] + V * H, H)  # (I + V H)^-1 H = H (I + V H)^-1 (symmetric H)
+    Y = sh * S + (2.0 / d) * op.adjoint(g)
+    mu, U = np.linalg.eigh(0.5 * (Y + Y.T))
+    f = np.maximum(mu - 2 * lam, 0.0) if not direct else mu * sh / (sh + 4 * lam)
+    fp = (mu > 2 * lam).astype(float) if not direct else np.full_like(mu, sh / (sh + 4 * lam))
+    dmu = mu[:, None] - mu[None, :]
+    close = np.abs(dmu) <= 1e-12 * np.max(np.abs(mu))
+    Q = np.where(close, 0.5 * (fp[:, None] + fp[None, :]), (f[:, None] - f[None, :]) / np.where(close, 1, dmu))
+    dirs = [S / np.linalg.norm(S)]
+    if S0 is not None:
+        v = S0 - np.sum(S0 * dirs[0]) * dirs[0]
+        dirs.append(v / np.linalg.norm(v))
+
+    def proj(M):
+        if project:
+            for D_ in dirs:
+                M = M - np.sum(M * D_) * D_
+        return M
+
+    rng = np.random.default_rng(seed)
+    G = rng.standard_normal((d, d))
+    dS = proj((G + G.T) / 2)
+    dg_prev = np.zeros_like(g)
+    ratios, cosines = [], []
+    for _ in range(iterations):
+        n0 = np.sum(dS * dS)
+        dom = op.forward(dS) - V * dg_prev
+        dg = np.einsum("nkl,nl->nk", J, dom)
+        dY = sh * dS + (2.0 / d) * op.adjoint(dg)
+        dS_new = proj(U @ (Q * (U.T @ dY @ U)) @ U.T / sh)
+        n1 = np.sum(dS_new * dS_new)
+        ratios.append(n1 / n0)
+        cosines.append(np.sum(dS_new * dS) / math.sqrt(n0 * n1))
+        scale = 1.0 / math.sqrt(n1 / n0)  # renormalise the whole state (linear map)
+        dS, dg_prev = dS_new * scale, dg * scale
+    if return_state:
+        return np.array(ratios), {"dS": dS, "U": U, "mu": mu, "f": f, "cos": np.array(cosines)}
+    return np.array(ratios)
+
+
+def _gamp_fixed_point(pb, alpha, d, seed):
+    pytest.importorskip("torch")
+    from tiedattention.amp import gamp
+    from tiedattention.errors import ConvergenceWarning
+    from tiedattention.simulation import rng_for, sample_dataset
+
+    S0 = pb.task.target.sample(d, rng_for(seed, "target"))
+    data = sample_dataset(pb, int(round(alpha * d * d)), d, seed, S0=S0)
+    X, y = np.asarray(data.X, float), np.asarray(data.y, float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        res = gamp(pb, X, y, S0, damping=0.5, tol=1e-13, max_iter=3000)
+    assert res.converged
+    return X, y, np.asarray(S0, float), res
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alpha", [0.1, 0.5])
+def test_at_value_is_the_growth_factor_of_linearised_gamp(alpha):
+    """d = 100, lam = 0.01: the mean over the first iterations of ||dS_{t+1}||^2/||dS_t||^2 of undamped GAMP
+    linearised at its fixed point equals the AT value of the SE point (finite-size tolerance 15 %)."""
+    from tiedattention.theory import solve
+
+    pb = Problem.from_options(**REF, lam=0.01)
+    X, y, S0, res = _gamp_fixed_point(pb, alpha, 100, 0)
+    ratios = np.concatenate([linearised_gamp_growth(pb, X, y, res, S0, iterations=12, seed=s) for s in range(3)])
+    at = rs_stability(pb, solve(pb, alpha)).at
+    assert np.mean(ratios) == pytest.approx(at, rel=0.15)
