@@ -258,12 +258,15 @@ def _gamp_fixed_point(pb, alpha, d, seed):
 @pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.1, 0.5])
 def test_at_value_is_the_growth_factor_of_linearised_gamp(alpha):
-    """d = 100, lam = 0.01: the mean over the first iterations of ||dS_{t+1}||^2/||dS_t||^2 of undamped GAMP
-    linearised at its fixed point equals the AT value of the SE point (finite-size tolerance 15 %)."""
+    """d = 100, lam = 0.01: the mean square of a random perturbation of undamped GAMP, linearised at its fixed point
+    (V, Sigma_hat frozen, the S*, S0 directions projected out), grows per iteration by the AT value of the SE point:
+    first-step ratio ||dS_1||^2/||dS_0||^2 over 6 random directions within 10 % (finite size; measured 0.63 vs
+    0.612 at alpha = 0.1, 0.49-0.51 vs 0.475 at alpha = 0.5). Later iterations are dominated by an isolated
+    period-2 mode of undamped GAMP (docs/theory/stability.md), not by the bulk the AT value describes."""
     from tiedattention.theory import solve
 
     pb = Problem.from_options(**REF, lam=0.01)
     X, y, S0, res = _gamp_fixed_point(pb, alpha, 100, 0)
-    ratios = np.concatenate([linearised_gamp_growth(pb, X, y, res, S0, iterations=12, seed=s) for s in range(3)])
+    first = [linearised_gamp_growth(pb, X, y, res, S0, iterations=1, seed=s)[0] for s in range(6)]
     at = rs_stability(pb, solve(pb, alpha)).at
-    assert np.mean(ratios) == pytest.approx(at, rel=0.15)
+    assert np.mean(first) == pytest.approx(at, rel=0.10)

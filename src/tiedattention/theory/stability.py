@@ -47,6 +47,8 @@ __all__ = [
     "soft_threshold_d2",
     "spectral_jacobian_sq",
     "finite_d_denoiser_replicon",
+    "finite_d_d2",
+    "interpolating_phase_at",
 ]
 
 _GRADE_LEVELS = 44  # geometric grading of the panels next to the threshold (ratio 1/2): innermost 2^-44 of a panel
@@ -220,38 +222,61 @@ def denoiser_replicon(problem: Problem, measure, q_hat: float, m_hat: float, sig
             "message": ""}
 
 
-def finite_d_denoiser_replicon(problem: Problem, measure, q_hat: float, m_hat: float, sigma_hat: float,
-                               d: int) -> float:
-    """(2/d^2) ||D S_hat(Y)||_HS^2 with the d eigenvalues of Y/m_hat at the classical locations of rho_delta
-    (quantiles (i - 1/2)/d): a deterministic finite-d value of D2/Sigma_hat^2 (-> the integral as d -> inf for
-    kappa >= 1; grows like log d for a binding rank cut)."""
-    lam = problem.student.lam
-    delta = math.sqrt(q_hat) / m_hat
-    eps = 2.0 * lam / m_hat
+def finite_d_d2(measure, delta: float, eps: float, d: int, kappa: float = 1.0) -> float:
+    """(2/d^2) ||D phi(Y)||_HS^2 for the d eigenvalues of Y at the classical locations of rho_delta (quantiles
+    (i - 1/2)/d), phi(y) = (y - eps)_+ keeping the top round(kappa d) (kappa < 1): a deterministic finite-d D2
+    (-> the integral as d -> inf without a binding cut; grows like log d with one)."""
     fc = FreeConvolution(measure, delta)
     pieces = [(lo, hi, 0.5, 0.5) for lo, hi in fc.intervals_u]
     full = fc.adaptive(pieces, lambda y, rg: [np.ones_like(y)])["panels"]
-    # fine (y, cdf) table from the accepted panels, then invert by interpolation
-    arr = np.column_stack([full["lo"], full["hi"], full["eb"], full["ea"]])
+    # fine (y, cdf) table from the accepted panels (each cut in 8), then inversion by interpolation
     sub = []
-    for lo, hi, eb, ea in arr:
+    for lo, hi, eb, ea in zip(full["lo"], full["hi"], full["eb"], full["ea"], strict=True):
         edges = np.linspace(lo, hi, 9)
         for j in range(8):
             sub.append((edges[j], edges[j + 1], eb if j == 0 else 0.0, ea if j == 7 else 0.0))
     sub = np.array(sub)
     r = fc._panel_nodes(sub[:, 0], sub[:, 1], sub[:, 2], sub[:, 3], 16)
-    mass = r["w"].sum(axis=1)
-    y_hi = fc.psi(sub[:, 1])
-    cdf = np.cumsum(mass) / mass.sum()
-    targets = (np.arange(d) + 0.5) / d
-    mu = np.interp(targets, np.concatenate([[0.0], cdf]), np.concatenate([[fc.psi(sub[:1, 0])[0]], y_hi]))
+    cdf = np.cumsum(r["w"].sum(axis=1))
+    cdf /= cdf[-1]
+    y_tab = np.concatenate([fc.psi(sub[:1, 0]), fc.psi(sub[:, 1])])
+    mu = np.interp((np.arange(d) + 0.5) / d, np.concatenate([[0.0], cdf]), y_tab)
     f = np.maximum(mu - eps, 0.0)
     fp = (mu > eps).astype(float)
-    p = problem.student.width(d) if problem.student.model != "direct" else d
+    p = int(round(kappa * d))
     if p < d:
         f[: d - p] = 0.0
         fp[: d - p] = 0.0
-    return 2.0 * spectral_jacobian_sq(mu, f, fp) / d**2 / sigma_hat**2
+    return 2.0 * spectral_jacobian_sq(mu, f, fp) / d**2
+
+
+def finite_d_denoiser_replicon(problem: Problem, measure, q_hat: float, m_hat: float, sigma_hat: float,
+                               d: int) -> float:
+    """D2/Sigma_hat^2 at finite d (:func:`finite_d_d2` at delta = sqrt(q_hat)/m_hat, eps = 2 lam/m_hat)."""
+    kappa = 1.0 if problem.student.model == "direct" else min(1.0, problem.student.kappa)
+    delta = math.sqrt(q_hat) / m_hat
+    return finite_d_d2(measure, delta, 2.0 * problem.student.lam / m_hat, d, kappa) / sigma_hat**2
+
+
+def interpolating_phase_at(measure, delta: float, eps: float, abar: float, kappa: float = 1.0,
+                           d: int | None = None) -> dict[str, float]:
+    """AT of the lambda -> 0+ interpolating phase (state_evolution.md section 3) at its (delta, eps).
+
+    There the channel is the projection on the interpolation set: 2 alpha E||dg/dz||^2 Sigma^2 -> 2 alpha (K - 1)
+    = 2 alpha_bar, and Sigma Sigma_hat = 2 alpha_bar = D1, so AT = D2/(2 alpha_bar) = D2/D1 <= 1 for the soft
+    threshold (its quotients lie in [0, 1]). A binding rank cut (kappa < 1, cut above eps) makes D2 infinite;
+    with ``d`` the finite-d value (:func:`finite_d_d2`) is returned as ``at_d``."""
+    fc = FreeConvolution(measure, delta)
+    out: dict[str, float] = {"at": float("nan"), "error": 0.0, "cut": float(eps)}
+    cut = fc.quantile(kappa) if kappa < 1 else -math.inf
+    if cut > eps:
+        out.update(at=math.inf, cut=cut)
+    else:
+        r = soft_threshold_d2(fc, eps)
+        out.update(at=r["D2"] / (2.0 * abar), error=r["D2_error"] / (2.0 * abar), d1_over_2abar=r["D1"] / (2 * abar))
+    if d is not None:
+        out["at_d"] = finite_d_d2(measure, delta, eps, d, kappa) / (2.0 * abar)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
