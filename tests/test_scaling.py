@@ -162,6 +162,26 @@ def test_cli_scaling_bad_input():
     assert r.exit_code == 2 and "--lam-rule" in r.output
     r = CliRunner().invoke(app, ["scaling", "--n-range", "5:1", "--json"])
     assert r.exit_code == 2 and "--n-range" in r.output
+    r = CliRunner().invoke(app, ["scaling", "--d", "40", "--kappa", "0.5", "--route", "fast", "--json"])
+    assert r.exit_code == 2 and "--kappa" in r.output and "kappa >= 1" in r.output
+    r = CliRunner().invoke(app, ["scaling", "--d", "40", "--route", "quick", "--json"])
+    assert r.exit_code == 2 and "--route" in r.output
+
+
+def test_fast_iterate_is_the_shared_loop_with_its_own_cap():
+    """The fast route's fixed point on its nodes is StateEvolution._iterate with the cap 80 and no stall rule,
+    set for the call only: a cap of 3 fails (None), the solver keeps its own knobs (400, 25), and the point
+    returned is a fixed point of the map on the nodes to the tolerance."""
+    fast = FastFiniteD(_problem().replace_student(lam=0.3), 40)
+    alpha, x0 = 300.0 / 40, fast.initial_guess()
+    ch = fast.channel.moments(alpha, *x0)
+    fast._add_node(math.sqrt(ch.q_hat) / ch.m_hat)
+    assert fast._fast_iterate(alpha, x0, 1e-10, max_iter=3) is None
+    assert (fast.max_iter, fast.stall) == (400, 25)
+    x, ms, it = fast._fast_iterate(alpha, x0, 1e-10)
+    assert 3 < it <= 80 and (fast.max_iter, fast.stall) == (400, 25)
+    gy, _, _ = fast._g(alpha, fast._to_y(x))
+    assert np.max(np.abs(gy - fast._to_y(x))) < 1e-9
 
 
 # --------------------------------------------------------------------------------------------------
@@ -315,9 +335,50 @@ def test_finite_d_points_fields():
         assert len(p["outliers"]) == p["k_star"]
 
 
-def test_fast_route_refuses_narrow_students():
-    with pytest.raises(ParameterError):
-        FastFiniteD(_problem(kappa=0.5), 50)
+def test_fast_route_refuses_narrow_students_and_auto_falls_back():
+    """kappa < 1: the fast route refuses with one error naming kappa (also through finite_d_curve(route="fast"),
+    before any solve); route "auto" (the default) solves the curve by the plain route, point for point the same
+    as route "plain"; the direct student is refused naming model."""
+    for build in (lambda p: FastFiniteD(p, 50), lambda p: finite_d_curve(p, 50, [1.0], LamRule("optimal"),
+                                                                        route="fast")):
+        with pytest.raises(ParameterError) as exc:
+            build(_problem(kappa=0.5))
+        assert exc.value.param == "kappa" and "kappa >= 1" in exc.value.message
+    with pytest.raises(ParameterError) as exc:
+        FastFiniteD(_problem(model="direct"), 50)
+    assert exc.value.param == "model"
+    p = _problem(kappa=0.5)
+    alphas = [3000.0 / 30]  # nu = 3000 at d = 30
+    auto = finite_d_curve(p, 30, alphas, LamRule("power", 0.3, 0.5))
+    plain = finite_d_curve(p, 30, alphas, LamRule("power", 0.3, 0.5), route="plain")
+    assert [r["route"] for r in auto] == ["plain"]
+    for a, b in zip(auto, plain, strict=True):
+        assert a["converged"] and a["test_error"] == b["test_error"] and a["k_star"] == b["k_star"]
+    with pytest.raises(ValueError):
+        finite_d_curve(p, 30, alphas, LamRule("optimal"), route="quick")
+
+
+def test_recovered_modes_of_a_narrow_student_stop_at_its_rank():
+    """A rank-kappa d student keeps the top kappa d eigenvalues of Y: of the modes detached above eps at a
+    full-width point, a narrow student at the same (delta, eps) recovers only those above the (1 - kappa)-quantile
+    of rho_delta, at most kappa d of them; where the cut does not bind (rank <= kappa) nothing changes."""
+    from dataclasses import replace
+
+    from tiedattention.theory.state_evolution import StateEvolution
+
+    p = _problem()
+    rec = finite_d_curve(p, 40, [3000.0 / 40], LamRule("power", 0.3, 0.5), route="plain")[0]
+    se = StateEvolution(p.replace_student(lam=rec["lam"]), d=40)
+    res = se.solve(rec["alpha"], init=np.array([rec["q"], rec["m"], rec["sigma"]]))
+    wide = recovered_modes_finite(se, res)
+    assert len(wide) == rec["k_star"] >= 10 and res.rank > 0.5
+    for kappa in (0.1, 0.2):
+        narrow_se = StateEvolution(p.replace_student(kappa=kappa), d=40)
+        cut = FreeConvolution(narrow_se.measure, res.delta).quantile(kappa)
+        narrow = recovered_modes_finite(narrow_se, replace(res, rank=kappa))
+        assert len(narrow) == sum(1 for o in wide if o["y"] > cut) <= kappa * 40
+        assert narrow == wide[: len(narrow)] and len(narrow) >= 1
+    assert res.rank < 0.95 and recovered_modes_finite(StateEvolution(p.replace_student(kappa=0.95), d=40), res) == wide
 
 
 def test_recovered_modes_need_a_converged_regular_point():

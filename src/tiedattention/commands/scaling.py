@@ -67,7 +67,9 @@ def scaling(
     kmax_frac: Annotated[float, typer.Option("--kmax-frac", help="finite d: fit only points with k* <= frac d")] = 0.25,
     out: Annotated[str | None, typer.Option("--out", help="write a log-log figure (PNG)")] = None,
     order: Annotated[int | None, typer.Option("--order", help="Gauss-Hermite order per dimension (T=2)")] = None,
-    route: Annotated[str, typer.Option("--route", help="finite d: fast (default) or plain (reference)")] = "fast",
+    route: Annotated[
+        str, typer.Option("--route", help="finite d: auto (default: fast where it applies, else plain), fast, plain")
+    ] = "auto",
     k_stop: Annotated[
         int | None, typer.Option("--k-stop", help="finite d: stop the curve after the first point with k* > K")
     ] = None,
@@ -95,8 +97,8 @@ def scaling(
             if d_val < 2:
                 raise ParameterError("d", f"must be an integer >= 2 or inf (got {d})")
         rule = parse_lam_rule(lam_rule)
-        if route not in ("fast", "plain"):
-            raise ParameterError("route", f"must be fast or plain (got {route})")
+        if route not in ("auto", "fast", "plain"):
+            raise ParameterError("route", f"must be auto, fast or plain (got {route})")
         if k_stop is not None and k_stop < 0:
             raise ParameterError("k-stop", f"must be >= 0 (got {k_stop})")
         lo, hi = _range(n_range)

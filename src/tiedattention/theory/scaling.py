@@ -3,10 +3,11 @@ r"""Power-law targets: scaling laws of the excess test error (docs/theory/scalin
 Two routes to the curve e_test(n) - e_0 for a power-law target theta_i = C i^{-gamma} (Q0 = 1):
 
 * **finite d** (:func:`finite_d_curve`, :func:`finite_d_points`): the state evolution (SE) at dimension d along
-  alpha = n/d^2, with a lambda rule per point (optimal: minimise the test error over r = eps/delta; fixed;
-  power). The default route (:class:`FastFiniteD`) builds the spectral side from a few exact free convolutions
-  in delta (one :class:`~.spectral.ThresholdFamily` each, interpolated in t = delta^2 with the exact heat-flow
-  derivatives) and continues (x, delta, r) along the curve; the plain route solves a fresh SE per lambda;
+  alpha = n/d^2, with a lambda rule per point (optimal: minimise the test error over log lambda; fixed;
+  power). The fast route (:class:`FastFiniteD`; the default wherever it applies: factorised, kappa >= 1) builds
+  the spectral side from a few exact free convolutions in delta (one :class:`~.spectral.ThresholdFamily` each,
+  interpolated in t = delta^2 with the exact heat-flow derivatives) and continues (x, delta, log lambda) along
+  the curve; the plain route solves a fresh SE per lambda;
 * **scaling limit** (:class:`ScalingLimit`, ``d = inf``): d -> infinity at fixed nu = n/d = alpha d with
   lambda = lambda_t / sqrt(d). In these variables (units of sqrt(d) for eigenvalues)
 
@@ -301,14 +302,20 @@ def recovered_modes_finite(se: StateEvolution, res: SEResult) -> list[dict[str, 
     y = theta + delta^2 g_nu(theta) (units of Y/m_hat = S0 + delta Z) lies above the threshold eps. Each entry:
     theta, y, overlap (squared, with the target eigenvector) and eigenvalue = s (y - eps) of S_hat, s = m_hat/sigma_hat
     (theory/spectrum.py, docs/theory/spectra.md section 4; these are the d -> inf spike formulas against the rest
-    of the finite-d spectrum, as in :func:`tiedattention.theory.spectrum.outlier_alphas`)."""
+    of the finite-d spectrum, as in :func:`tiedattention.theory.spectrum.outlier_alphas`). A narrow student
+    (kappa < 1) keeps only the top kappa d eigenvalues: y must also lie above the cut c = max(eps, y_kappa),
+    y_kappa the (1 - kappa)-quantile of rho_delta (one free convolution)."""
     if res.phase != "regular" or not res.converged:
         return []
     theta = np.unique(se.measure.atoms[se.measure.atoms > 0])[::-1]
     g, f = _Kernel(se.measure).rest_sums(theta)
     t = res.delta**2
     y = theta + t * g
-    ok = (t * f < 1.0) & (y > res.eps)
+    cut = res.eps
+    kappa = se.problem.student.kappa
+    if kappa < 1 and res.rank > kappa * (1 - 1e-9):  # the rank constraint binds (rank = kappa at the point)
+        cut = max(cut, FreeConvolution(se.measure, res.delta).quantile(kappa))
+    ok = (t * f < 1.0) & (y > cut)
     s = res.m_hat / res.sigma_hat
     return [{"theta": float(a), "y": float(b), "overlap": float(1.0 - t * c), "eigenvalue": float(s * (b - res.eps))}
             for a, b, c in zip(theta[ok], y[ok], f[ok], strict=True)]
@@ -386,9 +393,7 @@ class FastFiniteD(StateEvolution):
     """
 
     def __init__(self, problem: Problem, d: int, interp_tol: float = 1e-20, max_outer: int = 12, **options: Any):
-        if problem.student.model != "factorized" or problem.student.kappa < 1:
-            raise ParameterError("model", "the fast finite-d route is implemented for the factorised student, "
-                                 "kappa >= 1")
+        self.check_applies(problem)
         super().__init__(problem, d=d, **options)
         self._d, self._options = d, options
         self.nodes = _Nodes(self.measure)
@@ -397,6 +402,20 @@ class FastFiniteD(StateEvolution):
         self.ratio: float | None = None
         self.lam = problem.student.lam
         self.channel_calls = 0
+
+    @staticmethod
+    def check_applies(problem: Problem) -> None:
+        """ParameterError naming the parameter where the fast route does not apply: the direct (ridge) student,
+        whose denoiser is not a threshold of Y, and narrow students (kappa < 1), whose rank cut c = max(eps,
+        y_kappa(delta)) moves with delta (the nodes interpolate integrals above a fixed threshold, and the t
+        derivatives at fixed c miss the quantile's own motion). Both are solved by the plain route."""
+        if problem.student.model != "factorized":
+            raise ParameterError("model", f"the fast finite-d route needs the factorised student (got "
+                                 f"{problem.student.model}); use the plain route (route auto or plain)")
+        if problem.student.kappa < 1:
+            raise ParameterError("kappa", f"the fast finite-d route needs kappa >= 1 (got {problem.student.kappa:g}: "
+                                 "the rank cut of a narrow student is not interpolated by its nodes); use the plain "
+                                 "route (route auto or plain)")
 
     # the matrix side from the nodes -----------------------------------------------------------------
     def matrix_side(self, q_hat: float, m_hat: float, sigma_hat: float) -> MatrixSide:
@@ -421,62 +440,36 @@ class FastFiniteD(StateEvolution):
     def _zero_phase(self, alpha: float):  # the fast route is used where S_hat != 0 (callers fall back otherwise)
         return None
 
-    # a lean fixed point on the current nodes (Anderson in the same coordinates as StateEvolution) -----------
+    # the fixed point on the current nodes: the shared Anderson loop (StateEvolution._iterate) ------------------
     def _fast_iterate(self, alpha: float, x0: np.ndarray, tol: float, max_iter: int = 80):
-        """Anderson iteration on the current nodes; (x, matrix side, iterations) or None. The channel's
-        warnings are silenced here (trial points of the search); the final point is solved by the base class."""
+        """The fixed point of the map on the current nodes by :meth:`StateEvolution._iterate` (damped Anderson in
+        the solver's log coordinates, the same loop as every SE solve); (x, matrix side, iterations) or None.
+
+        Two knobs differ from a plain solve, both measured (docs/theory/scaling.md section 6.1, "One fixed-point
+        loop"): the cap is ``max_iter`` = 80 instead of 400 (a search trial or outer step that has not converged
+        by then fails: the search treats it as +inf, ``solve_fixed`` falls back to the plain solver), and the
+        stall rule (stop after 25 iterations without a new best residual) is off within that cap: one converged
+        trial in ~550 stalled for 25 iterations before converging (gamma = 0.75, d = 500), and losing it sends
+        a search point to the plain solver. The channel's warnings are silenced (trial points of the search);
+        an unevaluable map (FloatingPointError) is recovered by the shared loop's halved step from the last
+        good point; any other ValueError fails the trial."""
         import warnings
 
         from ..errors import ConvergenceWarning
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            return self._fast_iterate_loud(alpha, x0, tol, max_iter)
-
-    def _fast_iterate_loud(self, alpha: float, x0: np.ndarray, tol: float, max_iter: int):
-        y = self._to_y(np.asarray(x0, float))
-        hist_y: list[np.ndarray] = []
-        hist_f: list[np.ndarray] = []
-        eta = self.damping
-        best = (math.inf, y, None)
-        for it in range(1, max_iter + 1):
-            try:
-                gy, ch, ms = self._g(alpha, y)
-            except (FloatingPointError, ValueError):
-                if best[2] is None:
-                    return None
-                hist_y.clear()
-                hist_f.clear()
-                eta *= 0.5
-                y = best[1] + eta * (self._g(alpha, best[1])[0] - best[1])
-                continue
-            f = gy - y
-            resid = float(np.max(np.abs(f)))
-            if not math.isfinite(resid):
-                return None
-            if resid < best[0]:
-                best = (resid, y.copy(), ms)
-            if resid <= tol:
-                return self._to_x(gy), ms, it
-            if resid > 10 * best[0]:
-                hist_y.clear()
-                hist_f.clear()
-            hist_y.append(y.copy())
-            hist_f.append(f.copy())
-            if len(hist_y) > self.anderson + 1:
-                hist_y.pop(0)
-                hist_f.pop(0)
-            y_new = y + eta * f
-            if len(hist_y) >= 2:
-                dy = np.diff(np.array(hist_y), axis=0).T
-                df = np.diff(np.array(hist_f), axis=0).T
-                gam, *_ = np.linalg.lstsq(df, f, rcond=None)
-                y_new = y_new - (dy + eta * df) @ gam
-            step = float(np.max(np.abs(y_new - y)))
-            if step > self.max_step:
-                y_new = y + (y_new - y) * (self.max_step / step)
-            y = y_new
-        return None
+        saved = self.max_iter, self.stall
+        self.max_iter, self.stall = max_iter, max_iter
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                st = StateEvolution._iterate(self, alpha, self._to_y(np.asarray(x0, float)), tol)
+        except ValueError:
+            return None
+        finally:
+            self.max_iter, self.stall = saved
+        if not st["converged"]:
+            return None
+        return self._to_x(st["y"]), st["final"][2], st["it"]
 
     def _add_node(self, delta: float, trust: float = 2.0) -> None:
         if self.nodes.nodes:
@@ -747,15 +740,18 @@ def _plain_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=None,
 
 
 def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=None, xatol: float = 0.03,
-                   route: str = "fast", outliers: bool = False, k_stop: int | None = None,
+                   route: str = "auto", outliers: bool = False, k_stop: int | None = None,
                    **options) -> list[dict[str, Any]]:
     """Finite-d SE along alphas (n = alpha d^2) with the lambda rule: one record per alpha.
 
-    route = "fast" (default): :class:`FastFiniteD` with continuation along the curve: the next point's
+    route = "auto" (default): "fast" where it applies (factorised student, kappa >= 1), else "plain" for the
+    whole curve (records say which in ``route``).
+    route = "fast": :class:`FastFiniteD` with continuation along the curve: the next point's
     (q, m, Sigma), delta and optimal log lambda are extrapolated (log-log, last two points); the optimal rule
     minimises the test error over log lambda by a parabola through bracketing trials (``FastFiniteD.
     solve_optimal``; docs/theory/scaling.md section 6).
-    A point the fast route cannot solve (e.g. S_hat = 0 under a large lambda) is solved by the plain route.
+    A point the fast route cannot solve (e.g. S_hat = 0 under a large lambda) is solved by the plain route;
+    a problem it does not implement (kappa < 1, direct student) raises ParameterError naming the parameter.
     route = "plain": a fresh :class:`StateEvolution` per lambda, Brent over log lambda (xatol) for the optimal rule.
 
     Record fields: n, d, nu = n/d, alpha, lam, test_error, e0, excess = test_error - e0, mse, k_star (target
@@ -766,9 +762,17 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
     ``k_stop``: end the curve after the first point with k_star > k_stop (the points beyond a fit window
     k* <= d/4 cost the most and are not used).
     """
-    if route not in ("fast", "plain"):
-        raise ValueError(f"route must be 'fast' or 'plain' (got {route!r})")
-    if route == "plain" or problem.student.model != "factorized" or problem.student.kappa < 1:
+    if route not in ("auto", "fast", "plain"):
+        raise ValueError(f"route must be 'auto', 'fast' or 'plain' (got {route!r})")
+    if route == "fast":
+        FastFiniteD.check_applies(problem)
+    elif route == "auto":
+        try:
+            FastFiniteD.check_applies(problem)
+            route = "fast"
+        except ParameterError:
+            route = "plain"
+    if route == "plain":
         out = _plain_curve(problem, d, alphas, rule, progress=progress, xatol=xatol, **options)
         if k_stop is not None:
             over = [i for i, r in enumerate(out) if r["k_star"] > k_stop]
