@@ -19,7 +19,9 @@ Exponent table (docs/theory/scaling.md section 6):
         --ds 500,1000,2000,4000 --rule optimal --out table.jsonl
 
 writes every curve's points (JSON Lines, one object per point with gamma, d, rule) and prints, per (gamma, d), the
-exponent fitted where 3 <= k* <= d/4, with its 95 % OLS interval, the number of points, the k* range and the time.
+exponent fitted where 3 <= k* <= d/4, with its 95 % OLS interval, the last 8 points' exponent, the exponent on the
+fixed window ``--fixed-window`` (nu in [1e2, 1e5]: the same points at every d) with its k* range, the number of
+points, the k* range and the time.
 """
 
 from __future__ import annotations
@@ -115,8 +117,18 @@ def table(args) -> None:
             except ValueError:
                 fe, ci, last = math.nan, [math.nan, math.nan], math.nan
             ks = [r["k_star"] for r in use] or [0]
+            # the fixed window in nu (the same at every d; compare with the limit on the same nu)
+            wlo, whi = (float(v) for v in args.fixed_window.split(":"))
+            fix = [r for r in recs
+                   if r["converged"] and r["excess"] > 0 and wlo * (1 - 1e-9) <= r["nu"] <= whi * (1 + 1e-9)]
+            try:
+                ff = fit_exponent([r["n"] for r in fix], [r["excess"] for r in fix])["fitted_exponent"]
+            except ValueError:
+                ff = math.nan
+            kf = [r["k_star"] for r in fix] or [0]
             row = (f"gamma={gamma:g} d={d} rule={rule.spec}: fitted {fe:.4f} [{ci[0]:.4f}, {ci[1]:.4f}] last-8 "
-                   f"{last:.4f} predicted {f_pred:.4f}; {len(use)} points in window, k* {min(ks)}-{max(ks)}, "
+                   f"{last:.4f} predicted {f_pred:.4f}; fixed window nu in [{wlo:g}, {whi:g}]: {ff:.4f} (k* "
+                   f"{min(kf)}-{max(kf)}); {len(use)} points in window, k* {min(ks)}-{max(ks)}, "
                    f"nu {use[0]['nu'] if use else math.nan:.3g}-{use[-1]['nu'] if use else math.nan:.3g}, "
                    f"{sum(r['converged'] for r in recs)}/{len(recs)} converged, "
                    f"{sum(r['route'] == 'fast' for r in recs)} fast, {secs:.0f} s")
@@ -139,6 +151,7 @@ def main() -> None:
     ap.add_argument("--rule", default="optimal")
     ap.add_argument("--per-decade", type=float, default=6.0)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--fixed-window", default="1e2:1e5", help="LO:HI of nu for the second fit (table)")
     args = ap.parse_args()
     if args.table:
         table(args)
