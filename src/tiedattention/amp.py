@@ -488,7 +488,7 @@ def _finish(problem, op, y, res: GAMPResult, direct, rank) -> None:
 # --------------------------------------------------------------------------------------------------
 def se_trajectory(problem: Problem, alpha: float, x0, iterations: int, d: int | None = None,
                   channel_options: dict | None = None, damping: float = 1.0, damp: str = "iterates",
-                  noise_correlation=1.0) -> np.ndarray:
+                  noise_correlation=1.0, two_time_options: dict | None = None) -> np.ndarray:
     """SE iterates of GAMP run with a fixed damping eta from x0 = (q, m, Sigma): (iterations + 1, 3) array.
 
     damping = 1: the plain SE map x_{t+1} = F(x_t) (channel moments ``SoftmaxChannel.moments`` by the SE's
@@ -503,6 +503,10 @@ def se_trajectory(problem: Problem, alpha: float, x0, iterations: int, d: int | 
     a fixed point and to first order around it) or a sequence, rho[t] used at step t + 1 (rho[0] unused), e.g.
     GAMP's measured ``[h.noise_correlation for h in res.history]`` (a diagnostic, not a prediction). Then
     (q, m, Sigma) = matrix_update(mixed conjugates), undamped, as in GAMP.
+    ``noise_correlation="two-time"``: the closed prediction. The state evolution then carries the covariance
+    of the noises of all iterations (two-time channel integrals and the overlap of two thresholded correlated
+    noisy matrices, :func:`tiedattention.theory.two_time.damped_state_evolution`, options
+    ``two_time_options``); it predicts rho_t instead of taking it (kappa >= 1 or direct, x0 with q = 0).
 
     damp = "iterates" (GAMP damps g, sigma_hat, S and V): the conjugates are mixed as above, then m and Sigma
     are damped linearly (exact) and q = (1/d)||eta S_new + (1 - eta) S_t||^2 with the fluctuations of S_new
@@ -520,6 +524,14 @@ def se_trajectory(problem: Problem, alpha: float, x0, iterations: int, d: int | 
         raise ParameterError("damping", f"must be in (0, 1] (got {damping!r})")
     if damp not in ("iterates", "effective"):
         raise ParameterError("damp", f"must be 'iterates' or 'effective' (got {damp!r})")
+    if isinstance(noise_correlation, str):
+        if noise_correlation != "two-time" or damp != "effective":
+            raise ParameterError("noise_correlation", "a number, one per iteration, or 'two-time' (damp='effective')")
+        from .theory.two_time import damped_state_evolution
+
+        opts = dict(two_time_options or {})
+        return damped_state_evolution(problem, alpha, x0, iterations, damping, d=d, channel_options=channel_options,
+                                      **opts).x
     rhos = np.asarray(noise_correlation, float)
     rhos = np.broadcast_to(rhos[:iterations] if rhos.ndim else rhos, (iterations,))
     if not np.all(np.abs(rhos[1:]) <= 1):
