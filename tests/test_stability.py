@@ -19,6 +19,8 @@ from tiedattention.theory.stability import (
     channel_replicon,
     denoiser_replicon,
     finite_d_denoiser_replicon,
+    interpolating_phase_at,
+    prox_switching,
     rs_stability,
     soft_threshold_d2,
     spectral_jacobian_sq,
@@ -176,6 +178,40 @@ def test_channel_replicon_obeys_the_cauchy_schwarz_bound_of_sigma_hat():
         v, e, ch = channel_replicon(pb, alpha, q, m, sigma)
         assert v >= ch.sigma_hat**2 / (2 * alpha * 2)
         assert 0 < e < 0.05 * v
+
+
+def test_prox_switching_is_absent_where_the_se_agrees_and_present_at_the_failing_point():
+    """The singular (branch-switching) part: none at alpha = 0.5, lam = 0.01 (the SE agrees with the ERM there);
+    ~1 % of sequences with two local minima and a positive density of near-ties at alpha = 0.25, lam = 1e-4 (the
+    SE point of that failure); deterministic."""
+    ok = prox_switching(Problem.from_options(**REF, lam=0.01), _se_point(0.5, 1.4613, 1.3806, 2.3017), samples=4000)
+    assert ok["multi"] == 0.0 and ok["tie_density"] == 0.0
+    pb = Problem.from_options(**REF, lam=1e-4)
+    point = _se_point(0.25, 3.3163, 1.7660, 35.8272)
+    bad = prox_switching(pb, point, samples=4000)
+    assert bad["multi"] > 3 * bad["multi_error"] and bad["tie_density"] > 0
+    assert prox_switching(pb, point, samples=4000) == bad
+
+
+def test_interpolating_phase_at_matches_the_full_se_at_tiny_lambda():
+    """lambda -> 0+ route AT = D2/(2 alpha_bar) at the phase's (delta, eps) for alpha_bar = 0.1 (2.7040, 2.8838 from
+    solve_interpolating_phase, rounded) against rs_stability of the full SE solved at lam = 1e-6, alpha = 0.05
+    (0.6671, measured); D1 = Sigma Sigma_hat = 2 alpha_bar to the rounding of the inputs."""
+    measure = Problem.from_options(**REF).task.target.measure(None)
+    at = interpolating_phase_at(measure, 2.7040, 2.8838, 0.1)
+    assert at["at"] == pytest.approx(0.6671, abs=3e-3)
+    assert at["d1_over_2abar"] == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_interpolating_phase_at_its_exact_solution():
+    from tiedattention.theory.state_evolution import solve_interpolating_phase
+
+    measure = Problem.from_options(**REF).task.target.measure(None)
+    r = solve_interpolating_phase(measure, measure.q0 + 0.25, 0.1)
+    at = interpolating_phase_at(measure, r["delta"], r["eps"], 0.1)
+    assert at["d1_over_2abar"] == pytest.approx(1.0, abs=1e-8)  # Sigma Sigma_hat = 2 alpha_bar = D1
+    assert at["at"] == pytest.approx(0.6679, abs=1e-3)
 
 
 # ------------------------------------------------------------------------------------------------ GAMP (slow)

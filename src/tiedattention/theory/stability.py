@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..problem import Problem
+from . import channel as _ch
 from .channel import ChannelParams, SoftmaxChannel
 from .denoisers import RIDGE_FACTOR
 from .spectral import FreeConvolution
@@ -49,6 +50,7 @@ __all__ = [
     "finite_d_denoiser_replicon",
     "finite_d_d2",
     "interpolating_phase_at",
+    "prox_switching",
 ]
 
 _GRADE_LEVELS = 44  # geometric grading of the panels next to the threshold (ratio 1/2): innermost 2^-44 of a panel
@@ -336,3 +338,73 @@ def rs_stability(problem: Problem, point, alpha: float | None = None, d: int | N
         channel_normalised=float(chan * sigma**2), denoiser_normalised=float(dn),
         divergence_check=float(check), stable=bool(at < 1.0), message=den["message"],
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# the singular part: branch switching of the prox (zero temperature)
+# --------------------------------------------------------------------------------------------------
+def prox_switching(problem: Problem, point, alpha: float | None = None, samples: int = 20000, seed: int = 0,
+                   tau: float = 3e-3, d: int | None = None) -> dict[str, float]:
+    """How often the channel's prox objective |h - z|^2/(2 Sigma) + l(h; y) has several local minima.
+
+    Where it does, the global minimiser h*(z) jumps across a surface in (zeta, z) space, g = (h* - z)/Sigma
+    jumps with it, and the zero-temperature replicon picks up a Dirac term whose square diverges (smoothed at
+    inverse temperature b it is ~ b 2 alpha E[|dg|^4 delta(df)]/6): the RS fixed point is then AT-unstable
+    whatever the regular value of :func:`rs_stability` (docs/theory/stability.md section 5).
+
+    Monte Carlo over the channel's law at the point (fixed ``seed``: deterministic), Newton (the channel's
+    modified Newton) from z, the interpolating point, 3 points on their line and 4 points at distance 0.3 Sigma
+    around z. Returns ``multi`` (fraction of samples with >= 2 distinct local minima) with its binomial standard
+    error, ``tie_density`` = P(0 < f_2 - f_1 < tau)/tau (the density of near-ties, per unit prox objective: > 0
+    means a switching surface of positive measure), ``dg2_tie`` = E|g_1 - g_2|^2 over the near-ties, and
+    ``two_start_misses`` (fraction where the SE channel's two starts miss the lowest minimum found).
+    """
+    if hasattr(point, "q"):
+        alpha = point.alpha if alpha is None else alpha
+        q, m, sigma = point.q, point.m, point.sigma
+    else:
+        q, m, sigma = (float(v) for v in point)
+    task = problem.task
+    if task.task == "seq2lab" and task.noise_out > 0:
+        raise ValueError("prox_switching: output noise is not implemented")
+    measure = problem.task.target.measure(d)
+    qz = measure.q0 + task.noise / 2.0
+    T = task.tokens
+    n = T * (T + 1) // 2 - 1
+    R3, _ = _ch._reduced_design(T)
+    R2 = R3.reshape(T * T, n)
+    kern = _ch._kernel(T, problem.student.beta)
+    rng = np.random.default_rng(seed)
+    x, eta = rng.standard_normal((samples, n)), rng.standard_normal((samples, n))
+    a = math.sqrt(qz) * x
+    b = (m / qz) * a + math.sqrt(max(q - m * m / qz, 0.0)) * eta
+    y = _ch._softmax_rows((task.beta0 * (a @ R2.T)).reshape(samples, T, T))
+    lab = kern.labels(y)
+    sig = np.full(samples, float(sigma))
+    c_int = (task.beta0 / problem.student.beta) * a
+    starts = [b, c_int] + [b + t * (c_int - b) for t in (0.5, 1.5, -0.5)]
+    for k in range(min(n, 2)):
+        for sgn in (1.0, -1.0):
+            e = np.zeros(n)
+            e[k] = sgn * 0.3 * sigma
+            starts.append(b + e)
+    cs, fs = [], []
+    for s0 in starts:
+        r = _ch._prox_reduced(kern, b, lab, sig, [s0], 1e-12, 200)
+        cs.append(r.c)
+        fs.append(r.f)
+    c, f = np.stack(cs, 1), np.stack(fs, 1)
+    idx = np.arange(samples)
+    best = np.argmin(f, axis=1)
+    cb, fb = c[idx, best], f[idx, best]
+    distinct = np.linalg.norm(c - cb[:, None, :], axis=2) > 1e-5 * (1.0 + np.linalg.norm(cb, axis=1))[:, None]
+    fm = np.where(distinct, f, np.inf)
+    f2, i2 = fm.min(axis=1), fm.argmin(axis=1)
+    multi = np.isfinite(f2)
+    near = multi & (f2 - fb < tau)
+    dg2 = np.sum((c[idx, i2] - cb) ** 2, axis=1) / sigma**2
+    two = np.where(f[:, 0] <= f[:, 1], f[:, 0], f[:, 1])
+    p = float(multi.mean())
+    return {"multi": p, "multi_error": math.sqrt(max(p * (1 - p), 1.0 / samples) / samples),
+            "tie_density": float(near.mean() / tau), "dg2_tie": float(dg2[near].mean()) if near.any() else 0.0,
+            "two_start_misses": float(np.mean(two > fb + 1e-10 * (1.0 + np.abs(fb)))), "samples": samples}
