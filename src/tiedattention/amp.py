@@ -23,7 +23,8 @@ One iteration, written directly in the state evolution's units (hats are the SE'
 
 (1/d) Tr S_t^2, (1/d) Tr S_t S0 and V_t are the SE's q, m, Sigma of iteration t: started from the same
 (q, m, Sigma), the SE map reproduces the iterates up to finite-size fluctuations (:func:`se_trajectory`;
-with damping, the SE of damped GAMP with mixed conjugates, ``damp="effective"``).
+with damping, the SE of damped GAMP with mixed conjugates, ``damp="effective"``, closed by the two-time SE of
+``theory.two_time``: ``se_trajectory(..., noise_correlation="two-time")``).
 
 Damping (``damp``): "iterates" mixes g, sigma_hat, S, V; "effective" mixes the Onsager-corrected Y (with g and
 sigma_hat alike; Onsager term V g_bar). Narrow students (rank cut) use c sigma_hat in the input step
@@ -33,7 +34,8 @@ rank-constrained denoiser is expansive in the rotations of kept into cut eigenve
 At a fixed point h* = A(S) and g = -grad l(A(S)), so A^T(g) is a subgradient of the
 penalty at S: the fixed point is a stationary point of the ERM objective (``GAMPResult.kkt`` measures it).
 
-Layering: numpy only, plus ``theory.channel`` (prox, loss), ``theory.state_evolution`` and ``theory.denoisers`` (SE).
+Layering: numpy only, plus ``theory.channel`` (prox, loss), ``theory.state_evolution``, ``theory.denoisers`` (SE)
+and ``theory.two_time`` (the two-time SE of damped GAMP).
 The registry adapter :func:`solve_gamp` and :func:`register` import ``simulation`` (torch) lazily.
 """
 
@@ -210,7 +212,7 @@ class GAMPIterate:
     the data), residual = (1/d)||S_{t+1} - S_t||^2 / q_{t+1};
     noise_correlation = <g_new, g_bar_old>/(|g_new| |g_bar_old|), the correlation of the new output message
     with the damped old one (NaN at t = 0): the two-time quantity that the single-time damped SE does not
-    carry (:func:`se_trajectory`)."""
+    carry; the two-time SE predicts it (``theory.two_time.damped_state_evolution(...).rho``)."""
 
     t: int
     q: float
