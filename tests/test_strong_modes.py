@@ -28,7 +28,7 @@ QMC = {"log2n": 12, "replicas": 8}
 
 
 def _channel(problem, q0):
-    return SoftmaxChannel(ChannelParams.from_problem(problem, q0), order=24)
+    return SoftmaxChannel(ChannelParams.from_problem(problem, q0), order=16)
 
 
 def _close(a, b, err, rel=0.0, n_sigma=4.0):
@@ -97,8 +97,8 @@ def test_rank_one_target_against_gauss_hermite():
     assert t[0] == pytest.approx(0.9) and q0 == pytest.approx(0.81)
     # (1) student c S0, noisy labels: 2 dims of g and 3 of noise (D(v): v off the diagonal, sqrt2 v on it)
     c = 0.8
-    xg, wg = _gh(40)
-    xn, wn = _gh(10)
+    xg, wg = _gh(32)
+    xn, wn = _gh(8)
     G1, G2 = np.meshgrid(xg, xg, indexing="ij")
     W = np.outer(wg, wg).ravel()
     H0 = _rank_one_logits(0.9, G1.ravel(), G2.ravel())  # (M, 2, 2)
@@ -279,3 +279,36 @@ def test_teacher_modes_and_validation():
         teacher_modes(Problem.from_options(target="mp:0.5"), None, 2)
     with pytest.raises(ParameterError):
         teacher_modes(p, 100, -1)
+
+
+def test_student_modes_of_an_se_point_add_up():
+    """powerlaw:1.25, d = 100, alpha = 2, lambda = 0.2: with every target mode explicit (k = d) the couplings of the
+    learned outliers and of the bulk (overlap density of decomposition.md section 4) add up to m = (1/d)Tr S S0,
+    so nothing is left for the Gaussian remainder (m_r ~ 0, Q0_r = 0) and the student's variance left is >= 0;
+    the recovered modes are the SE's k*; k = 0 gives back the SE's Gaussian test error."""
+    import warnings
+
+    from tiedattention.theory.state_evolution import StateEvolution
+    from tiedattention.theory.strong_modes import corrected_test_error, student_modes
+
+    d = 100
+    p = Problem.from_options(target="powerlaw:1.25", noise=0.5, lam=0.2)
+    se = StateEvolution(p, d=d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = se.solve(2.0)
+    assert res.converged
+    modes, info = student_modes(p, se.measure, res, d, d)
+    q0r, qr, mr = modes.remainder()
+    assert q0r == pytest.approx(0.0, abs=1e-12)
+    assert abs(mr) <= 1e-4 * res.m and qr >= 0
+    k_star = info["k_star"]
+    assert k_star >= 5 and np.all(modes.ell[:k_star] > 0) and np.all(modes.ell[k_star:] == 0)
+    assert np.all(np.diff(modes.ell[:k_star]) < 0) and np.all(modes.overlap[:k_star] > 0.5)
+    # without the bulk's couplings the remainder would keep the whole bulk-target correlation
+    no_bulk, _ = student_modes(p, se.measure, res, d, d, bulk_coupling=False)
+    assert no_bulk.remainder()[2] > 0.01
+    r0 = corrected_test_error(p, se.measure, res, d, 0, **QMC)
+    assert _close(r0.value, res.test_error, r0.error, rel=1e-3)
+    r6 = corrected_test_error(p, se.measure, res, d, 6, **QMC)
+    assert r6.clipped == 0.0 and r6.value - res.test_error > 0.008  # the strong-mode correction, ~+10 %

@@ -36,7 +36,8 @@ fixed seeds (deterministic) and independent replicas (error estimate = std / sqr
   Sigma_hat) itself still comes from the Gaussian channel (see the docs for what that leaves).
 
 Public API: :class:`StrongModes`, :class:`StrongModeError`, :func:`joint_test_error`, :func:`teacher_modes`,
-:func:`ray_error`, :func:`exact_saturation_error`, :func:`student_modes`, :func:`corrected_test_error`.
+:func:`ray_error`, :func:`exact_saturation` (and ``_error``), :func:`student_modes` (finite-d SE point),
+:func:`limit_student_modes` (scaling-limit point), :func:`corrected_test_error`, :func:`corrected_record`.
 """
 
 from __future__ import annotations
@@ -61,9 +62,12 @@ __all__ = [
     "joint_test_error",
     "teacher_modes",
     "ray_error",
+    "exact_saturation",
     "exact_saturation_error",
     "student_modes",
+    "limit_student_modes",
     "corrected_test_error",
+    "corrected_record",
 ]
 
 DEFAULT_SEED = 20261130
@@ -75,7 +79,8 @@ class StrongModes:
 
     t: teacher strengths theta_i/sqrt(d) (k,); ell: student outlier eigenvalues / sqrt(d) along the same modes
     (0 where the mode is not learned); overlap: o_i in [0, 1]; q0 = (1/d)Tr S0^2; q = (1/d)Tr S^2;
-    m = (1/d)Tr S S0.
+    m = (1/d)Tr S S0; ell_bulk (optional, default 0): b_i = u_i^T B u_i / sqrt(d), the student bulk B's component
+    along u_i u_i^T, which adds b_i (g_ai g_bi - delta_ab) to the student's logits (see :func:`student_modes`).
     """
 
     t: np.ndarray
@@ -84,15 +89,19 @@ class StrongModes:
     q0: float
     q: float
     m: float
+    ell_bulk: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         t = np.atleast_1d(np.asarray(self.t, float)).ravel()
         ell = np.atleast_1d(np.asarray(self.ell, float)).ravel()
         ov = np.atleast_1d(np.asarray(self.overlap, float)).ravel()
-        if not (t.shape == ell.shape == ov.shape):
-            raise ParameterError("k", f"t, ell and overlap need the same length (got {t.size}, {ell.size}, {ov.size})")
-        if not (np.all(np.isfinite(t)) and np.all(np.isfinite(ell)) and np.all(np.isfinite(ov))):
+        eb = np.zeros_like(t) if self.ell_bulk is None else np.atleast_1d(np.asarray(self.ell_bulk, float)).ravel()
+        if not (t.shape == ell.shape == ov.shape == eb.shape):
+            raise ParameterError("k", f"t, ell, overlap (and ell_bulk) need the same length (got {t.size}, "
+                                      f"{ell.size}, {ov.size}, {eb.size})")
+        if not all(np.all(np.isfinite(v)) for v in (t, ell, ov, eb)):
             raise ParameterError("k", "explicit modes must be finite")
+        object.__setattr__(self, "ell_bulk", eb)
         if np.any(ov < -1e-12) or np.any(ov > 1 + 1e-12):
             raise ParameterError("overlap", f"must lie in [0, 1] (got {ov})")
         for name in ("q0", "q", "m"):
@@ -110,9 +119,10 @@ class StrongModes:
 
     def remainder(self) -> tuple[float, float, float]:
         """(Q0_r, q_r, m_r): the second moments left for the Gaussian remainder (unclipped)."""
+        b = self.ell_bulk
         q0r = self.q0 - float(np.sum(self.t**2))
-        qr = self.q - float(np.sum(self.ell**2))
-        mr = self.m - float(np.sum(self.ell * self.t * self.overlap))
+        qr = self.q - float(np.sum(self.ell**2 + b**2 + 2 * self.ell * b * self.overlap))
+        mr = self.m - float(np.sum(self.t * (self.ell * self.overlap + b)))
         return q0r, qr, mr
 
 
@@ -133,6 +143,16 @@ class StrongModeError:
     remainder: tuple[float, float, float]
     clipped: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    per_replica: np.ndarray = field(default_factory=lambda: np.zeros((2, 0)), repr=False)  # (noisy, clean) x R
+
+    def minus(self, other: StrongModeError, clean: bool = False) -> tuple[float, float]:
+        """(self - other, error) for two results on the same QMC points (same seed, k, T, log2n, replicas): the
+        error is that of the per-replica differences, much smaller than either error when they are correlated
+        (an excess over e_0)."""
+        if self.per_replica.shape != other.per_replica.shape or self.per_replica.shape[1] < 2:
+            raise ValueError("paired differences need results on the same QMC points")
+        diff = self.per_replica[int(clean)] - other.per_replica[int(clean)]
+        return float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(diff.size))
 
     def to_dict(self) -> dict[str, Any]:
         return {"e_test_exact": self.value, "e_test_exact_err": self.error, "e_test_clean_exact": self.value_clean,
@@ -199,7 +219,10 @@ def _integrand(x: np.ndarray, modes: StrongModes, tokens: int, beta: float, beta
     so, co = np.sqrt(modes.overlap), np.sqrt(1.0 - modes.overlap)
     for i in range(k):
         gi = g[:, i, :]
-        H0 += modes.t[i] * (gi[:, :, None] * gi[:, None, :] - eye)
+        gg = gi[:, :, None] * gi[:, None, :] - eye
+        H0 += modes.t[i] * gg
+        if modes.ell_bulk[i] != 0.0:
+            H += modes.ell_bulk[i] * gg
         if modes.ell[i] != 0.0:
             gh = so[i] * gi + co[i] * w[:, i, :]
             H += modes.ell[i] * (gh[:, :, None] * gh[:, None, :] - eye)
@@ -232,6 +255,7 @@ def joint_test_error(problem: Problem, modes: StrongModes, log2n: int = 14, repl
     q0r, qr, mr = modes.remainder()
     out = {}
     moved = 0.0
+    per = np.zeros((2, int(replicas)))
     for clean in (False, True):
         qz = 0.0 if clean else task.noise / 2.0
         a0, a1, a2, mv = _admissible(q0r, qr, mr, qz)
@@ -242,10 +266,12 @@ def joint_test_error(problem: Problem, modes: StrongModes, log2n: int = 14, repl
                                                   clean))))
         vals = np.asarray(vals)
         out[clean] = (float(vals.mean()), float(vals.std(ddof=1) / math.sqrt(vals.size)))
+        per[int(clean)] = vals
     offset = T * T * task.noise_out if task.task == "seq2lab" else T * task.noise_out
+    per[0] += offset
     return StrongModeError(value=out[False][0] + offset, error=out[False][1], value_clean=out[True][0],
                            error_clean=out[True][1], k=modes.k, points=2 ** int(log2n), replicas=int(replicas),
-                           remainder=(q0r, qr, mr), clipped=moved)
+                           remainder=(q0r, qr, mr), clipped=moved, per_replica=per)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -291,10 +317,11 @@ def ray_error(problem: Problem, d: int | None, c: float, k: int, **qmc) -> Stron
     return joint_test_error(problem, modes, **qmc)
 
 
-def exact_saturation_error(problem: Problem, d: int | None, k: int, clean: bool = False, xatol: float = 1e-4,
-                           **qmc) -> tuple[float, float, float]:
-    """(e_0, its QMC error, c_0): the minimum over c of the joint-law test error of c S0 (noisy labels unless
-    ``clean``). The QMC points are the same for every c, so the minimisation is of a smooth function."""
+def exact_saturation(problem: Problem, d: int | None, k: int, clean: bool = False, xatol: float = 1e-4,
+                     **qmc) -> tuple[StrongModeError, float]:
+    """(result at c_0, c_0): the minimum over c of the joint-law test error of c S0 (noisy labels unless
+    ``clean``). The QMC points are the same for every c, so the minimisation is of a smooth function, and the
+    result can be paired with others on the same points (:meth:`StrongModeError.minus`)."""
     r = problem.task.beta0 / problem.student.beta
 
     def e(c: float) -> float:
@@ -302,40 +329,135 @@ def exact_saturation_error(problem: Problem, d: int | None, k: int, clean: bool 
         return res.value_clean if clean else res.value
 
     opt = optimize.minimize_scalar(e, bounds=(0.2 * r, 3.0 * r), method="bounded", options={"xatol": xatol})
-    res = ray_error(problem, d, float(opt.x), k, **qmc)
-    return (res.value_clean, res.error_clean, float(opt.x)) if clean else (res.value, res.error, float(opt.x))
+    return ray_error(problem, d, float(opt.x), k, **qmc), float(opt.x)
+
+
+def exact_saturation_error(problem: Problem, d: int | None, k: int, clean: bool = False, xatol: float = 1e-4,
+                           **qmc) -> tuple[float, float, float]:
+    """(e_0, its QMC error, c_0) of :func:`exact_saturation`."""
+    res, c0 = exact_saturation(problem, d, k, clean=clean, xatol=xatol, **qmc)
+    return (res.value_clean, res.error_clean, c0) if clean else (res.value, res.error, c0)
 
 
 # --------------------------------------------------------------------------------------------------
 # the student from the SE
 # --------------------------------------------------------------------------------------------------
-def student_modes(problem: Problem, measure, res, d: int, k: int) -> tuple[StrongModes, dict[str, Any]]:
+def _bulk_couplings(problem: Problem, measure, res, thetas: np.ndarray, own: list[bool]) -> np.ndarray:
+    """C_i = sum over the learned directions of Y outside mode i's own recovered bump of l(y) |<u_i, u_hat>|^2
+    = int rho_delta(y) l(y) O(theta_i, y) dy, O(x, y) = delta^2/|x - omega(y)|^2 the overlap density of
+    decomposition.md section 4 (restricted to the directions above the cut; ``own[i]``: exclude the component
+    that is mode i's own recovered bump)."""
+    from .decomposition import _denoiser
+    from .spectral import FreeConvolution
+
+    scale, eps, delta, linear = _denoiser(problem, res)
+    fc = FreeConvolution(measure, delta)
+    t = fc.t
+    if linear:
+        cut = -math.inf
+        pieces = [(lo, hi, 0.5, 0.5) for lo, hi in fc.intervals_u]
+    else:
+        cut = eps
+        kappa = problem.student.kappa
+        if kappa < 1 and fc.integrals(eps).rank > kappa:
+            cut = max(eps, fc.quantile(kappa))
+        pieces = fc._pieces_above(cut)
+    if not pieces or thetas.size == 0:
+        return np.zeros(thetas.size)
+
+    def tests(y, re_g):
+        u = y - t * re_g
+        v = fc.solve_v(u.ravel()).reshape(u.shape)
+        lam = scale * (y if linear else (y - eps))
+        return [lam * t / ((th - u) ** 2 + v * v) for th in thetas]
+
+    r = fc.adaptive(pieces, tests)
+    p = r["panels"]
+    out = np.asarray(r["totals"], float).copy()
+    comps = fc.bulks()
+    for i, th in enumerate(thetas):
+        if not own[i]:
+            continue
+        for b in comps:
+            if b["atoms"].size == 1 and not b["continuous"] and abs(float(b["atoms"][0]) - th) <= 1e-9 * abs(th):
+                sel = (p["lo"] >= b["u_lo"] - 1e-15 * max(1.0, abs(b["u_lo"]))) & (p["hi"] <= b["u_hi"])
+                out[i] -= p["q"][sel, i].sum()
+    return out
+
+
+def student_modes(problem: Problem, measure, res, d: int, k: int,
+                  bulk_coupling: bool = True) -> tuple[StrongModes, dict[str, Any]]:
     """The explicit picture of a solved finite-d SE point: the top k target modes t_i = theta_i/sqrt(d), and for
     each the learned outlier of :func:`.spectrum.spectrum_from_result` (eigenvalue l_i sqrt(d), squared
-    overlap o_i; l_i = o_i = 0 when the mode is not recovered), with q = res.q and m = res.m."""
+    overlap o_i; l_i = o_i = 0 when the mode is not recovered), with q = res.q and m = res.m.
+
+    ``bulk_coupling``: also the projection b_i = u_i^T B u_i / sqrt(d) of the learned bulk (every direction but
+    mode i's own outlier) on the explicit mode, from the overlap density of Y's eigenvectors. It is O(1/d) for a
+    well-detached mode but O(1/sqrt d) for an explicit mode still inside or near the bulk, whose coupling
+    t_i b_i to the student would otherwise be charged to the Gaussian remainder (where the teacher no longer
+    has that mode: m_r can then exceed sqrt(q_r Q0_r))."""
     from .spectrum import spectrum_from_result
 
     t, q0 = teacher_modes(problem, d, k)
-    ell, ov = np.zeros(k), np.zeros(k)
+    ell, ov, eb = np.zeros(k), np.zeros(k), np.zeros(k)
     info: dict[str, Any] = {"k_star": 0}
     if res.phase != "zero":
         sp = spectrum_from_result(problem, measure, res, max_outlier_weight=1.5 / d)
         info["k_star"] = sp.n_recovered
         sd = math.sqrt(d)
         by_theta = {round(o.theta / sd, 12): o for o in sp.outliers}
+        own = []
         for i in range(k):
             o = by_theta.get(round(float(t[i]), 12))
-            if o is not None and o.recovered:
+            rec = o is not None and o.recovered
+            own.append(bool(rec))
+            if rec:
                 ell[i] = o.eigenvalue / sd
                 ov[i] = o.overlap
+        if bulk_coupling and k:
+            eb = _bulk_couplings(problem, measure, res, t * sd, own) / sd
     info["ell"] = ell.tolist()
     info["overlap"] = ov.tolist()
+    info["ell_bulk"] = eb.tolist()
+    return StrongModes(t=t, ell=ell, overlap=ov, q0=q0, q=float(res.q), m=float(res.m), ell_bulk=eb), info
+
+
+def limit_student_modes(sl, point, k: int) -> tuple[StrongModes, dict[str, Any]]:
+    """The explicit picture of a scaling-limit point (:class:`.scaling.ScalingLimit`, d -> infinity): the
+    recovered spikes are at y_i = t_i + tau^2/t_i with overlap 1 - tau^2/t_i^2 and learned eigenvalue
+    s (y_i - eps_t) (units of sqrt(d)); the noise bulk is cut, so the student is these spikes only."""
+    res = point.result
+    t, q0 = teacher_modes(sl.problem, None, k)
+    ell, ov = np.zeros(k), np.zeros(k)
+    if res.phase != "zero":
+        sp = sl.spikes(res.delta, res.eps)
+        s = res.m_hat / res.sigma_hat
+        n = min(k, sp["k_star"])  # the recovered spikes are the strongest ones, in order
+        ell[:n] = s * (sp["y"][:n] - res.eps)
+        ov[:n] = sp["overlap"][:n]
+    info = {"k_star": int(point.k_star), "ell": ell.tolist(), "overlap": ov.tolist()}
     return StrongModes(t=t, ell=ell, overlap=ov, q0=q0, q=float(res.q), m=float(res.m)), info
 
 
-def corrected_test_error(problem: Problem, measure, res, d: int, k: int, **qmc) -> StrongModeError:
+def corrected_test_error(problem: Problem, measure, res, d: int, k: int, bulk_coupling: bool = True,
+                         **qmc) -> StrongModeError:
     """The SE point's test error under the joint law of its strong modes (noisy and clean labels)."""
-    modes, info = student_modes(problem, measure, res, d, k)
+    modes, info = student_modes(problem, measure, res, d, k, bulk_coupling=bulk_coupling)
     out = joint_test_error(problem, modes, **qmc)
     out.extra.update(info)
     return out
+
+
+def corrected_record(problem: Problem, modes: StrongModes, saturation: StrongModeError | None = None,
+                     d: int | None = None, **qmc) -> dict[str, Any]:
+    """JSON-ready record of a student under the joint law: e_test_exact (+ _err), e_test_clean_exact, and, with
+    ``saturation`` (the result of :func:`exact_saturation` with the same k and QMC options; computed when None),
+    e_0_exact and excess_exact = e_test_exact - e_0_exact with the error of the paired difference."""
+    out = joint_test_error(problem, modes, **qmc)
+    if saturation is None:
+        saturation, _ = exact_saturation(problem, d, modes.k, **qmc)
+    exc, exc_err = out.minus(saturation)
+    rec = out.to_dict()
+    rec.update({"e_0_exact": saturation.value, "e_0_exact_err": saturation.error, "excess_exact": exc,
+                "excess_exact_err": exc_err})
+    return rec
