@@ -215,7 +215,8 @@ def test_interpolating_phase_at_its_exact_solution():
 
 
 # ------------------------------------------------------------------------------------------------ GAMP (slow)
-def linearised_gamp_growth(problem, X, y, res, S0=None, iterations=30, seed=0, project=True, return_state=False):
+def linearised_gamp_growth(problem, X, y, res, S0=None, iterations=30, seed=0, project=True, return_state=False,
+                           row_variances=False):
     """Growth of perturbations of undamped GAMP linearised at its fixed point ``res`` (V, Sigma_hat frozen).
 
     State (dS, dg_prev): d_omega = A dS - V dg_prev; dg = J d_omega with J = -H (I + V H)^-1 per sequence (H the
@@ -235,7 +236,8 @@ def linearised_gamp_growth(problem, X, y, res, S0=None, iterations=30, seed=0, p
     _, grad, H = softmax_loss(h, y, problem.student.beta, T)
     g = -grad
     K = H.shape[1]
-    J = -np.linalg.solve(np.eye(K)[None] + V * H, H)  # (I + V H)^-1 H = H (I + V H)^-1 (symmetric H)
+    Vmu = V * (op.row_weights() if row_variances else np.ones(op.n))  # per-sequence variances (gamp's option)
+    J = -np.linalg.solve(np.eye(K)[None] + Vmu[:, None, None] * H, H)  # (I + V H)^-1 H = H (I + V H)^-1
     Y = sh * S + (2.0 / d) * op.adjoint(g)
     mu, U = np.linalg.eigh(0.5 * (Y + Y.T))
     f = np.maximum(mu - 2 * lam, 0.0) if not direct else mu * sh / (sh + 4 * lam)
@@ -261,7 +263,7 @@ def linearised_gamp_growth(problem, X, y, res, S0=None, iterations=30, seed=0, p
     ratios, cosines = [], []
     for _ in range(iterations):
         n0 = np.sum(dS * dS)
-        dom = op.forward(dS) - V * dg_prev
+        dom = op.forward(dS) - Vmu[:, None] * dg_prev
         dg = np.einsum("nkl,nl->nk", J, dom)
         dY = sh * dS + (2.0 / d) * op.adjoint(dg)
         dS_new = proj(U @ (Q * (U.T @ dY @ U)) @ U.T / sh)
