@@ -164,7 +164,7 @@ class StrongModeError:
 # --------------------------------------------------------------------------------------------------
 # the integrand
 # --------------------------------------------------------------------------------------------------
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=4)  # 2^15 points x 44 dims x 8 replicas is ~90 MB
 def _sobol_normals(dim: int, log2n: int, replicas: int, seed: int) -> tuple[np.ndarray, ...]:
     """``replicas`` scrambled Sobol' sets (2^log2n points, fixed seeds), mapped to N(0, I_dim)."""
     from scipy.stats import qmc
