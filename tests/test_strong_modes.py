@@ -147,10 +147,11 @@ def _aim_ray(problem, S0, cs, n, rng, chunk=20000):
         X = rng.standard_normal((m, T, d))
         h0 = ((X @ S0) @ np.swapaxes(X, 1, 2) - np.trace(S0) * np.eye(T)) / math.sqrt(d)
         G = rng.standard_normal((m, T, T))
-        y = _softmax(h0 + math.sqrt(problem.task.noise) * 0.5 * (G + np.swapaxes(G, 1, 2)))
-        y_clean = _softmax(h0)
+        beta0, beta = problem.task.beta0, problem.student.beta
+        y = _softmax(beta0 * (h0 + math.sqrt(problem.task.noise) * 0.5 * (G + np.swapaxes(G, 1, 2))))
+        y_clean = _softmax(beta0 * h0)
         for c in cs:
-            yhat = _softmax(c * h0)
+            yhat = _softmax(beta * c * h0)
             acc[c][0].append(((y - yhat) ** 2).sum(axis=(1, 2)))
             acc[c][1].append(((y_clean - yhat) ** 2).sum(axis=(1, 2)))
     out = {}
@@ -175,6 +176,20 @@ def test_power_law_ray_against_sampled_sequences_d100():
         assert _close(r.value_clean, ec, math.hypot(r.error_clean, sec)), (c, r.value_clean, ec, sec)
     g = _channel(p, 1.0).test_error(0.87**2, 0.87)[0]
     assert mc[0.87][0] - g > 10 * mc[0.87][1]  # the Gaussian channel misses it
+
+
+def test_three_tokens_and_temperatures_against_sampled_sequences():
+    """T = 3 (K = 6 logits, the diagonal's g^2 - 1 on three tokens), beta0 = 1.2, beta = 1.5: c S0 at c = 0.7 and
+    the uniform predictor, powerlaw:1.25 at d = 100, 20000 sampled sequences against the joint law (k = 6)."""
+    d = 100
+    p = Problem.from_options(target="powerlaw:1.25", noise=0.5, tokens=3, beta0=1.2, beta=1.5)
+    S0 = np.diag(p.task.target.eigenvalues(d))
+    mc = _aim_ray(p, S0, (0.7, 0.0), 20000, np.random.default_rng(5))
+    for c in (0.7, 0.0):
+        r = ray_error(p, d, c, 6, **QMC)
+        e, se, ec, sec = mc[c]
+        assert _close(r.value, e, math.hypot(r.error, se)), (c, r.value, e, se)
+        assert _close(r.value_clean, ec, math.hypot(r.error_clean, sec)), (c, r.value_clean, ec, sec)
 
 
 @pytest.mark.slow
