@@ -3,8 +3,9 @@ docs/theory/decomposition.md section 7).
 
 Default: k = 0 is the Gaussian channel; weak explicit modes reduce to it; a rank-one target (described exactly by
 one explicit mode) against an independent Gauss-Hermite integral, with and without logit noise, with a student
-outlier at overlap < 1; the power law at d = 200 against direct Monte Carlo with sampled sequences (the ~10 %
-gap to the Gaussian channel is real and reproduced); determinism; validation.
+outlier at overlap < 1; the power law at d = 100 against direct Monte Carlo with sampled sequences (the ~10 %
+gap to the Gaussian channel is real and reproduced; also T = 3 with beta0 != beta); the couplings of an SE
+point's outliers and bulk add up to m; determinism; validation.
 Slow: the same at d = 800 with a Haar-rotated target, and the corrected SE test error against trained students.
 """
 
