@@ -10,7 +10,7 @@ Joint law used here (one sequence, tokens a = 1..T). The top k target modes are 
 Gaussian remainder by the CLT:
 
     teacher:  H0_ab = sum_{i<=k} t_i (g_ai g_bi - delta_ab) + D(z0)_ab,
-    student:  H_ab  = sum_{i<=k} l_i (gh_ai gh_bi - delta_ab) + D(z)_ab,
+    student:  H_ab  = sum_{i<=k} [l_i (gh_ai gh_bi - delta_ab) + b_i (g_ai g_bi - delta_ab)] + D(z)_ab,
               gh_ai = sqrt(o_i) g_ai + sqrt(1 - o_i) w_ai,
 
 g_ai, w_ai i.i.d. N(0, 1): the student's outlier along target mode i has eigenvalue l_i sqrt(d) and eigenvector
@@ -20,7 +20,9 @@ symmetric T x T matrix (v off the diagonal, sqrt(2) v on it), and per upper-tria
 is (z0, z) ~ N(0, [[Q0_r + Delta/2, m_r], [m_r, q_r]]) (Delta/2: the logit noise, exactly Gaussian; use Q0_r for
 clean labels) with what is left of (Q0, m, q) after removing the explicit modes:
 
-    Q0_r = Q0 - sum t_i^2,   q_r = q - sum l_i^2,   m_r = m - sum l_i t_i o_i.
+    Q0_r = Q0 - sum t_i^2,   q_r = q - sum (l_i^2 + b_i^2 + 2 l_i b_i o_i),   m_r = m - sum t_i (l_i o_i + b_i)
+
+(b_i sqrt(d) = u_i^T B u_i: the learned bulk B's component along the explicit mode, :func:`student_modes`).
 
 The diagonal logits of the explicit modes are t_i (g_ai^2 - 1): mean 0 (the trace is removed) and variance
 2 t_i^2, the same first two moments as the Gaussian channel's sqrt(2) diagonal, different law. The test error
@@ -29,9 +31,9 @@ seq2seq) is an integral over 2kT + 2K standard normals (K = T(T+1)/2), computed 
 fixed seeds (deterministic) and independent replicas (error estimate = std / sqrt(replicas)).
 
 * k = 0 is the Gaussian channel (same integrand); explicit modes with t, l -> 0 reduce to it too.
-* Cross couplings neglected (all vanish as d -> infinity): the student bulk's projection on an explicit target
-  mode ((1/d) theta_i u_i^T B u_i = O(1/sqrt d)), and an outlier's coupling to the teacher remainder through
-  v_i; they stay inside m_r (the total m is kept exactly).
+* Cross couplings neglected (they vanish as d -> infinity): an outlier's coupling to the teacher remainder
+  through v_i, and the off-diagonal pieces u_i (x) (B u_i)_perp of the bulk; they stay in the Gaussian remainder
+  (the totals q and m are kept exactly).
 * The student is described by (q, m) and its explicit outliers only: the training fixed point (q_hat, m_hat,
   Sigma_hat) itself still comes from the Gaussian channel (see the docs for what that leaves).
 
