@@ -216,7 +216,7 @@ def test_interpolating_phase_at_its_exact_solution():
 
 # ------------------------------------------------------------------------------------------------ GAMP (slow)
 def linearised_gamp_growth(problem, X, y, res, S0=None, iterations=30, seed=0, project=True, return_state=False,
-                           row_variances=False):
+                           row_variances=False, V=None, sigma_hat=None):
     """Growth of perturbations of undamped GAMP linearised at its fixed point ``res`` (V, Sigma_hat frozen).
 
     State (dS, dg_prev): d_omega = A dS - V dg_prev; dg = J d_omega with J = -H (I + V H)^-1 per sequence (H the
@@ -231,7 +231,10 @@ def linearised_gamp_growth(problem, X, y, res, S0=None, iterations=30, seed=0, p
     d, T = op.d, op.T
     lam = problem.student.lam
     direct = problem.student.model == "direct"
-    S, V, sh = res.S_hat, res.sigma, res.sigma_hat
+    S = res.S_hat
+    V = res.sigma if V is None else V
+    sh = res.sigma_hat if sigma_hat is None else sigma_hat
+    p = problem.student.width(X.shape[2]) if not direct else X.shape[2]
     h = op.forward(S)
     _, grad, H = softmax_loss(h, y, problem.student.beta, T)
     g = -grad
@@ -242,6 +245,11 @@ def linearised_gamp_growth(problem, X, y, res, S0=None, iterations=30, seed=0, p
     mu, U = np.linalg.eigh(0.5 * (Y + Y.T))
     f = np.maximum(mu - 2 * lam, 0.0) if not direct else mu * sh / (sh + 4 * lam)
     fp = (mu > 2 * lam).astype(float) if not direct else np.full_like(mu, sh / (sh + 4 * lam))
+    if p < d:  # rank cut: keep the top p (GAMP at input weight c = 1)
+        f[: d - p] = 0.0
+        fp[: d - p] = 0.0
+    # the product formula on this data set: (2/d^2) sum ||J_mu||^2 x (2/d^2) ||Df||_HS^2 / sigma_hat^2
+    at_empirical = 2.0 * float(np.sum(J * J)) / d**2 * 2.0 * spectral_jacobian_sq(mu, f, fp) / d**2 / sh**2
     dmu = mu[:, None] - mu[None, :]
     close = np.abs(dmu) <= 1e-12 * np.max(np.abs(mu))
     Q = np.where(close, 0.5 * (fp[:, None] + fp[None, :]), (f[:, None] - f[None, :]) / np.where(close, 1, dmu))
@@ -273,7 +281,9 @@ def linearised_gamp_growth(problem, X, y, res, S0=None, iterations=30, seed=0, p
         scale = 1.0 / math.sqrt(n1 / n0)  # renormalise the whole state (linear map)
         dS, dg_prev = dS_new * scale, dg * scale
     if return_state:
-        return np.array(ratios), {"dS": dS, "U": U, "mu": mu, "f": f, "cos": np.array(cosines)}
+        return np.array(ratios), {"dS": dS, "U": U, "mu": mu, "f": f, "cos": np.array(cosines),
+                                  "at_empirical": at_empirical, "fixed_point_residual": float(
+                                      np.linalg.norm(U @ np.diag(f) @ U.T / sh - S) / np.linalg.norm(S))}
     return np.array(ratios)
 
 
