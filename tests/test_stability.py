@@ -318,3 +318,17 @@ def test_at_value_is_the_growth_factor_of_linearised_gamp(alpha):
     first = [linearised_gamp_growth(pb, X, y, res, S0, iterations=1, seed=s)[0] for s in range(6)]
     at = rs_stability(pb, solve(pb, alpha)).at
     assert np.mean(first) == pytest.approx(at, rel=0.10)
+
+
+def test_cli_theory_rs_stability_fields():
+    import json
+
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    res = CliRunner().invoke(app, ["theory", "--alpha", "0.5", "--rs-stability", "--json"])
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout.strip().splitlines()[0])
+    assert rec["rs_at"] == pytest.approx(0.475, abs=0.01)  # the reference point (docs/theory/stability.md)
+    assert rec["rs_switching"] == 0.0 and rec["rs_stable"] is True

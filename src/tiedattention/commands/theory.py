@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -22,6 +23,9 @@ def theory(
     d: Annotated[int | None, typer.Option("--d", help="dimension for list-based targets (power law, spikes)")] = None,
     tol: Annotated[float, typer.Option("--tol", help="fixed-point tolerance (relative residual)")] = 1e-10,
     order: Annotated[int | None, typer.Option("--order", help="Gauss-Hermite order per dimension (T=2)")] = None,
+    rs_stability: Annotated[bool, typer.Option(
+        "--rs-stability", help="add the RS (AT) stability of each point: rs_at, rs_at_error, rs_switching, rs_stable "
+        "(docs/theory/stability.md; ~1-3 s a point)")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Exact high-dimensional prediction (state evolution) along a list of α, warm-started."""
@@ -45,20 +49,50 @@ def theory(
         with Progress(console=err, transient=True, disable=len(alphas) < 2) as bar:
             job = bar.add_task("state evolution", total=len(alphas))
             records = theory_records(problem, alphas, d=d, progress=lambda: bar.advance(job), **options)
+        if rs_stability:
+            for rec in records:
+                rec.update(_rs_fields(problem, rec, d, options.get("channel_options")))
     if json:
         for rec in records:
             emit_json(rec)
         return
     o = problem.options()
     table = Table(title=f"state evolution: {o['target']} Δ={o['noise']} λ={o['lam']} T={o['tokens']}")
-    for col in ("α", "ᾱ", "test error", "test (clean)", "train error", "MSE on S", "rank", "conv", "s"):
+    cols = ("α", "ᾱ", "test error", "test (clean)", "train error", "MSE on S", "rank", "conv", "s")
+    for col in cols + (("AT", "switch %") if rs_stability else ()):
         table.add_column(col, justify="right")
     for r in records:
+        extra = ((f"{r['rs_at']:.3f}" if r.get('rs_at') is not None else "-",
+                  f"{100 * r['rs_switching']:.2f}" if r.get('rs_switching') is not None else "-")
+                 if rs_stability else ())
         table.add_row(
             f"{r['alpha']:.4g}", f"{r['alpha_bar']:.4g}", f"{r['test_error']:.6f}", f"{r['test_error_clean']:.6f}",
             f"{r['train_error']:.6f}", f"{r['mse']:.6f}", f"{r['rank']:.4f}", "yes" if r["converged"] else "NO",
             f"{r['seconds']:.2f}",
+            *extra,
         )
     Console().print(table)
     if not all(r["converged"] for r in records):
         raise typer.Exit(code=1)
+
+
+def _rs_fields(problem: Problem, rec: dict, d: int | None, channel_options: dict | None) -> dict:
+    """RS stability of one converged record: the regular AT value and the prox branch-switching fraction."""
+    from ..theory.stability import prox_switching
+    from ..theory.stability import rs_stability as at_of
+
+    out = {"rs_at": None, "rs_at_error": None, "rs_switching": None, "rs_stable": None, "rs_message": ""}
+    if not rec["converged"] or not all(
+            isinstance(rec[k], float) and math.isfinite(rec[k]) for k in ("q", "m", "sigma")):
+        out["rs_message"] = "not computed (point not converged or not finite)"
+        return out
+    point = (rec["q"], rec["m"], rec["sigma"])
+    s = at_of(problem, point, alpha=rec["alpha"], d=d, channel_options=channel_options)
+    sw = 0.0
+    if rec["q"] > 0 and problem.task.noise_out == 0:
+        sw = prox_switching(problem, point, alpha=rec["alpha"], samples=5000, d=d)["multi"]
+    out.update(rs_at=s.at if math.isfinite(s.at) else None, rs_at_error=s.error, rs_switching=sw,
+               rs_stable=bool(s.stable and sw == 0.0),
+               rs_message=s.message + ("; " if s.message and sw else "") +
+               (f"prox has several local minima for {100 * sw:.2f} % of the sequences: RS unstable" if sw else ""))
+    return out
