@@ -418,6 +418,10 @@ def test_threshold_overlap_reduces_to_the_single_time_integrals():
         assert threshold_overlap(mu, rule, clean, 0.0) == pytest.approx(want, rel=1e-10)
         assert threshold_overlap(mu, clean, rule, 0.0) == pytest.approx(want, rel=1e-10)
     assert threshold_overlap(mu, contour_rule(mu, 0.3, 9.0), contour_rule(mu, 0.3, 0.1), 0.0) == 0.0
+    # the smeared atom at 0 at small delta, nodes within 1e-7 of the axis (reached by continuation)
+    rule = contour_rule(mu, 0.01, 1e-4, n=128)
+    assert threshold_overlap(mu, rule, rule, 1e-4) == pytest.approx(FreeConvolution(mu, 0.01).integrals(1e-4).I,
+                                                                    rel=1e-10)
 
 
 @pytest.mark.parametrize("d, tol", [(400, 1.5e-2), pytest.param(1500, 3e-3, marks=pytest.mark.slow)])

@@ -79,7 +79,9 @@ def subordination(measure, t: float, z, tol: float = 1e-13, max_iter: int = 200)
 
     omega solves omega + t g_mu(omega) = z with Im omega of the sign of Im z and |Im omega| >= |Im z| (the
     subordination function; Biane). The fixed-point map omega <- z - t g_mu(omega) maps the half plane into
-    itself and converges to it; it is run until it is close and finished by Newton (F' = 1 + t g_mu').
+    itself and converges to it; it is run until it is close and finished by Newton (F' = 1 + t g_mu'). Points
+    that this leaves unconverged (very close to the axis, where the fixed-point map contracts slowly and Newton
+    can leave the half plane) are reached by continuation in Im z from Im z = 1 (Newton along a geometric path).
     Raises FloatingPointError if a point does not converge.
     """
     z = np.asarray(z, complex)
@@ -87,8 +89,29 @@ def subordination(measure, t: float, z, tol: float = 1e-13, max_iter: int = 200)
         raise ParameterError("z", "must be off the real axis")
     sgn = np.sign(z.imag)
     zu = np.where(sgn < 0, np.conj(z), z)  # work in the upper half plane
-    w = zu - t * _g_mu(measure, zu)[0]
-    done = np.zeros(z.shape, bool)
+    w, done = _subordination_solve(measure, t, zu, zu - t * _g_mu(measure, zu)[0], tol, max_iter)
+    if not np.all(done):
+        idx = np.flatnonzero(~done.ravel())
+        zf = zu.ravel()[idx]
+        top = np.maximum(zf.imag, 1.0)
+        wf = zf.real + 1j * top
+        wf = _subordination_solve(measure, t, wf, wf - t * _g_mu(measure, wf)[0], tol, max_iter)[0]
+        ok = np.ones(idx.size, bool)
+        for k in range(1, 81):  # Im z from max(Im z, 1) down to Im z in 80 geometric steps
+            zk = zf.real + 1j * top * (zf.imag / top) ** (k / 80)
+            wf, ok = _subordination_solve(measure, t, zk, wf, tol, 30, newton_only=True)
+        if not np.all(ok):
+            raise FloatingPointError(f"subordination: {int(np.sum(~ok))} points did not converge")
+        w = w.ravel().copy()
+        w[idx] = wf
+        w = w.reshape(zu.shape)
+    g = _g_mu(measure, w)[0]
+    return np.where(sgn < 0, np.conj(w), w), np.where(sgn < 0, np.conj(g), g)
+
+
+def _subordination_solve(measure, t, zu, w, tol, max_iter, newton_only=False):
+    """Safeguarded Newton for omega + t g_mu(omega) = zu (Im zu > 0) from w; returns (omega, converged)."""
+    done = np.zeros(zu.shape, bool)
     for _ in range(max_iter):
         g, dg = _g_mu(measure, w)
         F = w + t * g - zu
@@ -96,19 +119,19 @@ def subordination(measure, t: float, z, tol: float = 1e-13, max_iter: int = 200)
         done = err <= tol * (1.0 + np.abs(zu))
         if np.all(done):
             break
-        step = F / (1.0 + t * dg)
-        w_new = w - step
+        w_new = w - F / (1.0 + t * dg)
         # Newton where it stays in the half plane and decreases the residual, a fixed-point step otherwise
         bad = ~(w_new.imag >= zu.imag)
         if np.any(~bad):
             g2 = _g_mu(measure, np.where(bad, w, w_new))[0]
             err2 = np.abs(np.where(bad, w, w_new) + t * g2 - zu)
             bad |= err2 > err
-        w = np.where(done, w, np.where(bad, zu - t * g, w_new))
-    if not np.all(done):
-        raise FloatingPointError(f"subordination: {int(np.sum(~done))} points did not converge")
-    g = _g_mu(measure, w)[0]
-    return np.where(sgn < 0, np.conj(w), w), np.where(sgn < 0, np.conj(g), g)
+        if newton_only:  # continuation: a short Newton step in place of the slow fixed-point step
+            half = w - 0.5 * F / (1.0 + t * dg)
+            w = np.where(done, w, np.where(bad & (half.imag >= zu.imag), half, np.where(bad, zu - t * g, w_new)))
+        else:
+            w = np.where(done, w, np.where(bad, zu - t * g, w_new))
+    return w, done
 
 
 def resolvent_overlap(measure, omega_a, g_a, omega_b, g_b, c: float) -> np.ndarray:
