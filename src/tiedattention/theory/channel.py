@@ -777,6 +777,10 @@ class ChannelMoments:
     # moments(jacobian=True): 2 alpha E||dg/dz||_F^2 (the channel's replicon, theory/stability.py) and its error
     jac_sq: float | None = None
     jac_sq_error: float | None = None
+    # share of E||g||^2 that depends on the choice between two distinct local minima of the prox (nodes where
+    # both starts converged to different minimisers): E[|  ||g_0||^2 - ||g_1||^2 | ; two minima] / E||g||^2.
+    # Zero where the prox is convex; the SE switches T = 2 to a QMC rule when it is large (state_evolution.md)
+    branch_share: float = 0.0
 
 
 _KEYS = ("q_hat", "m_hat", "sigma_hat", "train_error", "loss_mean", "envelope", "m_hat_stein", "sigma_hat_stein")
@@ -943,7 +947,9 @@ class SoftmaxChannel:
                 # exact limit: h* = z, prox objective = loss
                 loss, gl, Hl = kern.derivs(b, lab)
                 r = _ReducedProx(b, loss, loss, gl, Hl, np.zeros(N), 0, np.zeros(N, dtype=int))
+                branch = 0.0
             else:
+                branch = 0.0
                 sig = np.full(N, sigma)
                 # convexity certificate: where sigma * (bound on -lambda_min(H)) < 1 the prox objective is
                 # strictly convex and the start z suffices; elsewhere also start at the interpolating point
@@ -969,6 +975,11 @@ class SoftmaxChannel:
                     if warm is not None:
                         c1_all[sub] = r2.c
                     better = r2.f < r.f[sub] - 1e-14 * (1.0 + np.abs(r.f[sub]))
+                    c0s = r.c[sub]
+                    two = np.max(np.abs(r2.c - c0s), axis=1) > 1e-6 * (1.0 + np.max(np.abs(c0s), axis=1))
+                    if two.any():  # |  ||g_0||^2 - ||g_1||^2 | on the nodes with two distinct minima
+                        jump = np.abs(_rowdot(r2.grad, r2.grad) - _rowdot(r.grad[sub], r.grad[sub]))
+                        branch = self._wsum(panel.w[sub], np.where(two, jump, 0.0))
                     idx = sub[better]
                     for name in ("c", "f", "loss", "grad", "hess", "residual"):
                         getattr(r, name)[idx] = getattr(r2, name)[better]
@@ -1003,6 +1014,7 @@ class SoftmaxChannel:
                 vals["sigma_hat_stein"] = -self._wsum(panel.w, gb)
             else:
                 vals["m_hat_stein"] = vals["sigma_hat_stein"] = float("nan")
+            vals["branch"] = branch
             if jacobian:  # ||dg/dz||_F^2 = ||H (I + sigma H)^-1||_F^2 per node (g has no e component)
                 vals["jac_sq"] = self._wsum(panel.w, np.sum(X[:, :, :n] ** 2, axis=(1, 2)))
             per_panel.append(vals)
@@ -1041,6 +1053,7 @@ class SoftmaxChannel:
             },
             jac_sq=val["jac_sq"] if jacobian else None,
             jac_sq_error=err["jac_sq"] if jacobian else None,
+            branch_share=val["branch"] / val["q_hat"] * two_a if val["q_hat"] > 0 else 0.0,
         )
 
     # ---------------------------------------------------------------------------------------------

@@ -47,6 +47,11 @@ __all__ = ["SEResult", "StateEvolution", "solve", "learning_curve"]
 # coarse stage of a Gauss-Hermite rule (T = 2): this fraction of the accurate order
 COARSE_GH_FRACTION = 1.0
 PRE_GH_FRACTION = 0.5
+# the QMC rule of the T = 2 points that Gauss-Hermite cannot resolve (branch_switch), and its stopping rule
+ROUGH_QMC = {"rule": "qmc", "qmc_log2": 14, "replicas": 4}
+ROUGH_FLOOR_STOP = 0.1
+ROUGH_STALL = 15
+ROUGH_MAX_ITER = 80  # per stage; then the floor_factor acceptance decides (each cold call ~0.1-0.4 s)
 
 @dataclass
 class SEResult:
@@ -75,6 +80,7 @@ class SEResult:
     phase: str = "regular"
     message: str = ""
     errors: dict[str, float] = field(default_factory=dict)
+    quadrature: str = ""  # the channel rule of the reported point, e.g. "gh12" or "qmc4x2^14"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,6 +126,15 @@ class StateEvolution:
     root_fallback : bool
         when the Anderson iteration fails (and the point is not within the quadrature floor), try MINPACK
         hybr on F(y) - y from the best and from the starting point (needed just above the zero phase).
+    branch_switch, rough_options : float or None, dict or None
+        T = 2 Gauss-Hermite rules: where the solved point's cold map has a ``branch_share`` (the share of
+        E||g||^2 that depends on the choice between two distinct prox minima, ``ChannelMoments``) above
+        ``branch_switch`` (default 1e-3; None disables), the Gauss-Hermite fixed point is not reliable (the
+        integrand jumps across the surface where the prox's global minimiser switches basin, and a few heavy
+        nodes decide where the map lands); the point is then re-solved from there with the QMC rule
+        ``rough_options`` (default 4 scrambled replicas of 2^14 Sobol' points), coarse stage warm, accurate
+        stage cold, stopped once the residual is below ``floor_stop`` (0.1) times the QMC rule's own relative
+        error estimate of the conjugates (reported as such in ``message``). docs/theory/state_evolution.md.
     warm_start : bool
         channel evaluations of the cheaper stages (and every one with QMC rules) start each node's Newton prox
         at the minimiser of the previous evaluation of the same stage (``SoftmaxChannel.moments(warm=...)``),
@@ -146,6 +161,8 @@ class StateEvolution:
         pre_tol: float = 3e-3,
         warm_start: bool = True,
         root_fallback: bool = True,
+        branch_switch: float | None = 1e-3,
+        rough_options: dict | None = None,
     ):
         self.problem = problem
         self.measure = problem.task.target.measure(d)
@@ -193,6 +210,18 @@ class StateEvolution:
         self.coarse_tol = float(coarse_tol) if coarse_tol is not None else 1e-3 if self._qmc else max(0.3 * tol, 1e-9)
         self.root_fallback = bool(root_fallback)
         self.warm_start = bool(warm_start)
+        # T = 2 Gauss-Hermite: a QMC rule for the points where the prox's basin switch makes GH unreliable
+        self.branch_switch = None if branch_switch is None or self._qmc else float(branch_switch)
+        self.rough_options = {**ROUGH_QMC, **(rough_options or {})}
+        self._rough: StateEvolution | None = None
+        self._rough_args = (d, dict(tol=tol, max_iter=max_iter, damping=damping, anderson=anderson,
+                                    max_step=max_step, floor_factor=floor_factor, max_floor=max_floor))
+        # QMC re-solve of a rough point (set on the instance that does it): cold accurate stage, stop at a
+        # residual below this fraction of the rule's relative error estimate
+        self._cold_accurate = False
+        self._floor_stop = 0.0
+        self._quadrature = (f"qmc{self.channel.replicas}x2^{self.channel.qmc_log2}" if self._qmc
+                            else f"gh{self.channel.order}")
         self.channel_coarse = None
         if coarse_options is not False:
             fine = self.channel
@@ -304,17 +333,43 @@ class StateEvolution:
             return None
         return self._observables(alpha, x, ch, ms, True, 1, 0.0, "", phase="zero")
 
-    def _solve_regular(self, alpha: float, init) -> SEResult:
+    def _solve_regular(self, alpha: float, init, zero_test: bool = True) -> SEResult:
         try:
-            return self._solve_regular_staged(alpha, init)
+            res = self._solve_regular_staged(alpha, init, zero_test)
         finally:  # outside a solve, _map is the plain cold map (amp.py uses it)
             self._stage, self._warm_fine, self._spectral_warm = (self.channel, None), None, None
+        res.quadrature = self._quadrature
+        share = res.errors.get("branch_share", 0.0)
+        if self.branch_switch is None or res.phase == "zero" or not share > self.branch_switch:
+            return res
+        # T = 2 past the interpolation peak at small lambda: the Gauss-Hermite point is decided by a few heavy
+        # nodes on either side of the basin-switching surface; re-solve it with the QMC rule from there
+        rough = self._rough_solver()
+        start = res.x if res.phase == "regular" and np.all(np.isfinite(res.x)) else init
+        out = rough._solve_regular(alpha, start, zero_test=False)
+        out.iterations += res.iterations
+        note = (f"{rough._quadrature} rule: Gauss-Hermite branch share {share:.1e} > {self.branch_switch:g} "
+                f"(gh{self.channel.order}: test error {res.test_error:.5f}, residual {res.residual:.1e})")
+        out.message = f"{out.message}; {note}" if out.message else note
+        return out
 
-    def _solve_regular_staged(self, alpha: float, init) -> SEResult:
+    def _rough_solver(self) -> StateEvolution:
+        """The QMC solver of the points the Gauss-Hermite rule cannot resolve (same problem and tolerances)."""
+        if self._rough is None:
+            d, kw = self._rough_args
+            kw = {**kw, "max_iter": min(kw["max_iter"], ROUGH_MAX_ITER)}
+            rough = StateEvolution(self.problem, d=d, channel_options=self.rough_options, stall=ROUGH_STALL,
+                                   root_fallback=False, branch_switch=None, warm_start=self.warm_start, **kw)
+            rough._cold_accurate = True
+            rough._floor_stop = ROUGH_FLOOR_STOP
+            self._rough = rough
+        return self._rough
+
+    def _solve_regular_staged(self, alpha: float, init, zero_test: bool = True) -> SEResult:
         self._warm_fine = {} if self.warm_start else None
         self._spectral_warm = {} if self.warm_start else None
         self._stage = (self.channel, self._warm_fine)
-        zero = self._zero_phase(alpha)
+        zero = self._zero_phase(alpha) if zero_test else None
         if zero is not None:
             return zero
         if isinstance(init, SEResult):
@@ -349,13 +404,17 @@ class StateEvolution:
                 prior = st["pairs"]
         # Gauss-Hermite: the last stage iterates the cold map itself (warm-started proxes may follow another
         # branch at a few nonconvex nodes, which moves the map by ~1e-9); QMC: warm, checked cold below
-        self._stage = (self.channel, self._warm_fine if self._qmc else None)
+        self._stage = (self.channel, self._warm_fine if self._qmc and not self._cold_accurate else None)
         y_start = y
         st = self._iterate(alpha, y, self.tol, prior=prior)
         it, converged, message, resid = st["it"] + it0, st["converged"], st["message"], st["resid"]
         y = st["y"]
         if st["last_good"] is None and not converged:
             return self._failed(alpha, it, resid, message or "map could not be evaluated")
+        if converged and self._cold_accurate and st["final"] is not None:
+            # QMC re-solve: the accurate stage iterated the cold map; report the point it evaluated last
+            y_eval, ch, ms = st["final"]
+            return self._observables(alpha, self._to_x(y_eval), ch, ms, True, it, resid, message)
         if converged and self.channel_low is not None and st["final"] is not None:
             # Gauss-Hermite: the last stage evaluated the cold map; report the point it was evaluated at
             # (residual <= tol there) with that evaluation, plus the quadrature error estimate of the final rule
@@ -386,7 +445,8 @@ class StateEvolution:
             if np.isfinite(floor) and resid <= min(self.floor_factor * floor, self.max_floor):
                 converged = True
                 message = f"converged to the quadrature accuracy (residual {resid:.1e}, quadrature error {floor:.1e})"
-        if not converged and self.root_fallback:
+        rough = self.branch_switch is not None and ch.branch_share > self.branch_switch
+        if not converged and self.root_fallback and not rough:  # (a rough point is re-solved with QMC instead)
             # Anderson fails where the map is steep and repelling (just above the zero phase: docs); a
             # dogleg root finder on F(y) - y gets there from the stalled or the starting point
             for y0 in (st["best_y"], y_start):
@@ -472,12 +532,15 @@ class StateEvolution:
             if not np.isfinite(resid):
                 message = "non-finite residual"
                 break
-            if resid <= tol:
+            floor = _relative_floor(ch) if self._floor_stop else 0.0
+            if resid <= tol or resid <= self._floor_stop * floor:
                 converged = True
                 last_good = (y.copy(), f.copy())
                 final = (y.copy(), ch, ms)
                 y = gy
-                message = ""
+                message = "" if resid <= tol else (
+                    f"converged to the quadrature accuracy: residual {resid:.1e} <= {self._floor_stop:g} x the "
+                    f"relative quadrature error {floor:.1e} of the conjugates (replica estimate)")
                 break
             last_good = (y.copy(), f.copy())
             if resid > 10 * best_resid:  # acceleration went astray: restart the history
@@ -552,6 +615,7 @@ class StateEvolution:
                 "test_error": te_err,
                 "test_error_clean": tc_err,
                 "spectral": ms.spectral_error,
+                "branch_share": ch.branch_share,
                 **{f"channel_{k}": v for k, v in ch.error_estimate.items()},
             },
         )
@@ -625,6 +689,8 @@ class StateEvolution:
         res = self.solve(alpha, init=init)
         if init is None or (res.converged and res.residual <= self.tol):
             return res
+        if res.converged and res.quadrature != self._quadrature:  # a QMC re-solve: at its own noise floor
+            return res
         try:
             cold = self.solve(alpha, init=None)
         except (ArithmeticError, ValueError):
@@ -651,6 +717,16 @@ class StateEvolution:
             if progress is not None:
                 progress()
         return out
+
+
+def _relative_floor(ch) -> float:
+    """Largest relative quadrature error estimate of the conjugates (q_hat, m_hat, sigma_hat) of a channel call."""
+    out = 0.0
+    for k in ("q_hat", "m_hat", "sigma_hat"):
+        e = ch.error_estimate.get(k, float("nan"))
+        if math.isfinite(e):
+            out = max(out, e / max(abs(getattr(ch, k)), 1e-300))
+    return out
 
 
 def _extrapolable(r: SEResult | None) -> bool:
