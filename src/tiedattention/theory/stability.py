@@ -24,6 +24,10 @@ Narrow students (kappa < 1) whose rank cut binds above the threshold (c > eps): 
 across the cut behaves like (c - eps)/(x - y), whose square is not integrable at x = y = c: D2 diverges like
 2 (c - eps)^2 rho_delta(c)^2 log d at finite d, so AT = inf (the RS fixed point is unstable).
 :func:`finite_d_denoiser_replicon` gives the deterministic finite-d value on the d classical locations.
+
+The channel has a singular part too: where the prox objective has several local minima, h*(z) jumps and the
+zero-temperature replicon is infinite (:func:`prox_switching` measures how often; AT above is the regular part
+only). RS is stable iff AT < 1 and the prox does not switch branches (docs/theory/stability.md section 5).
 """
 
 from __future__ import annotations
