@@ -11,8 +11,10 @@ The map x -> F(x) is deterministic (fixed quadrature rules) and smooth where the
 its fixed point is found by damped iteration with Anderson acceleration (type II, memory 5, history
 dropped when the residual grows tenfold) in log/atanh coordinates with a trust region. Near the
 interpolation peak the prox switches branch and the map jumps at the level of the quadrature error; a
-stalled point is accepted only within that noise floor. The result records converged / iterations /
-residual / message and is never a silent NaN.
+stalled point is accepted only within that noise floor. At T = 2 the Gauss-Hermite rule cannot resolve that
+switch where it carries much of the integral (small lambda past the peak); such points are re-solved with a
+QMC rule (``branch_switch``; the result's ``quadrature`` names the rule). The result records converged /
+iterations / residual / message and is never a silent NaN.
 
 lambda = 0 is the limit lambda -> 0+. Below the interpolation threshold the response Sigma diverges like
 1/lambda while every conjugate vanishes like lambda; the rescaled equations ("interpolating phase",
@@ -285,6 +287,7 @@ class StateEvolution:
         else:
             res = self._solve_regular(alpha, init)
         res.seconds = time.perf_counter() - t0
+        res.quadrature = res.quadrature or self._quadrature
         if not res.converged:
             warnings.warn(
                 f"state evolution did not converge at alpha={alpha:g}: {res.message}", ConvergenceWarning,
