@@ -542,8 +542,8 @@ class FastFiniteD(StateEvolution):
 
     # the optimal lambda ----------------------------------------------------------------------------
     def solve_optimal(self, alpha: float, x0: np.ndarray, v0: float, h: float = 0.25, delta0: float | None = None,
-                      search_tol: float = 1e-8, var: str = "loglam", r_min: float = 1e-3, exact_trials: bool = False
-                      ) -> tuple[SEResult | None, dict]:
+                      search_tol: float = 1e-8, var: str = "loglam", r_min: float = 1e-3, exact_trials: bool = False,
+                      renode_tol: float = 0.1) -> tuple[SEResult | None, dict]:
         """Minimise the test error over v = log lambda (``var="loglam"``) or r = eps/delta (``var="ratio"``) at
         alpha, then solve the exact SE at the minimiser.
 
@@ -604,35 +604,53 @@ class FastFiniteD(StateEvolution):
                 return trials[r][0]
             start = start_for(r)
             set_var(r)
-            if exact_trials:
+            out = None if exact_trials else self._fast_iterate(alpha, start, search_tol)
+            if out is None:
+                # exact trials; and a trial the iteration on the nodes could not solve: as +inf it would stop
+                # the walk at a point that is not a minimum (d = 1000, nu = 11.1: lambda 0.046 returned with
+                # the test error 0.15541, the minimum is 0.14762 at lambda ~ 0.012), so solve it exactly
                 res_r = exact_at(r, start)
                 ok = res_r is not None and res_r.converged
                 trials[r] = (res_r.test_error if ok else math.inf, res_r.x if ok else start)
                 return trials[r][0]
-            out = self._fast_iterate(alpha, start, search_tol)
-            if out is None:
-                trials[r] = (math.inf, start)
-                return math.inf
             x, ms, _ = out
             trials[r] = (self.test_error_at(x), x)
+            deltas[r] = ms.delta
             return trials[r][0]
 
-        r0 = v0
-        lo, mid, hi = max(r0 - h, lower), r0, r0 + h
-        e_mid, e_lo, e_hi = ev(mid), ev(lo), ev(hi)
-        for _ in range(12):  # walk until the middle trial is the lowest
-            if e_mid <= e_lo and e_mid <= e_hi:
-                break
-            if e_lo < e_mid and lo > lower:
-                hi, e_hi, mid, e_mid = mid, e_mid, lo, e_lo
-                lo = max(lo - h, lower)
-                e_lo = ev(lo)
-            elif e_hi < e_mid:
-                lo, e_lo, mid, e_mid = mid, e_mid, hi, e_hi
-                hi = hi + h
-                e_hi = ev(hi)
-            else:
-                break
+        def walk(r0: float):
+            lo, mid, hi = max(r0 - h, lower), r0, r0 + h
+            e_mid, e_lo, e_hi = ev(mid), ev(lo), ev(hi)
+            for _ in range(12):  # walk until the middle trial is the lowest
+                if e_mid <= e_lo and e_mid <= e_hi:
+                    break
+                if e_lo < e_mid and lo > lower:
+                    hi, e_hi, mid, e_mid = mid, e_mid, lo, e_lo
+                    lo = max(lo - h, lower)
+                    e_lo = ev(lo)
+                elif e_hi < e_mid:
+                    lo, e_lo, mid, e_mid = mid, e_mid, hi, e_hi
+                    hi = hi + h
+                    e_hi = ev(hi)
+                else:
+                    break
+            return lo, mid, hi, e_lo, e_mid, e_hi
+
+        deltas: dict[float, float] = {}
+        lo, mid, hi, e_lo, e_mid, e_hi = walk(v0)
+        renodes = 0
+        # the trials are only as good as the node is close to them (tangent in t: relative error ~ g^2, times the
+        # sensitivity of the fixed point, large at small alpha): where the predicted delta0 missed the middle
+        # trial's delta by more than renode_tol in t (d = 1000, nu = 11.1 after a plain-route point: g = 0.2 and a
+        # fake minimum at lambda 0.046, test error 0.15542 against 0.14762 at lambda ~ 0.012; a node moved to the
+        # middle trial still left 0.14783), search again from the middle trial with exact trials
+        node_gap = abs((deltas[mid] / self.nodes.last_delta) ** 2 - 1.0) if mid in deltas else math.nan
+        if not exact_trials and node_gap > renode_tol:
+            renodes = 1
+            x0 = trials[mid][1]
+            exact_trials = True
+            trials.clear()
+            lo, mid, hi, e_lo, e_mid, e_hi = walk(mid)
         r_star = mid
         den = (mid - lo) * (e_mid - e_hi) - (mid - hi) * (e_mid - e_lo)
         if all(math.isfinite(v) for v in (e_lo, e_mid, e_hi)) and den != 0:
@@ -642,7 +660,8 @@ class FastFiniteD(StateEvolution):
                 r_star = cand
         set_var(r_star)
         res = exact_at(r_star, start_for(r_star)) if exact_trials else self.solve_fixed(alpha, start_for(r_star))
-        info = {var: r_star, "trials": len(trials), "search": sorted((k, v[0]) for k, v in trials.items())}
+        info = {var: r_star, "trials": len(trials), "search": sorted((k, v[0]) for k, v in trials.items()),
+                "renodes": renodes, "node_gap": node_gap}
         return res, info
 
 
@@ -847,7 +866,8 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
         rec = _rec(alpha * d * d, d, alpha * d, lam, res, e0, len(modes),
                    {"c0": c0, "ratio": res.eps / res.delta if res.phase == "regular" else math.nan,
                     "route": route_used, "free_convolutions": fast.nodes.built - built0,
-                    "channel_calls": fast.channel_calls - calls0, "search_trials": info.get("trials", 0)})
+                    "channel_calls": fast.channel_calls - calls0, "search_trials": info.get("trials", 0),
+                    "search_renodes": info.get("renodes", 0), "search_node_gap": info.get("node_gap", math.nan)})
         if outliers:
             rec["outliers"] = modes
         _append_point(out, rec, res, t0, progress)
