@@ -332,3 +332,66 @@ def test_cli_theory_rs_stability_fields():
     rec = json.loads(res.stdout.strip().splitlines()[0])
     assert rec["rs_at"] == pytest.approx(0.475, abs=0.01)  # the reference point (docs/theory/stability.md)
     assert rec["rs_switching"] == 0.0 and rec["rs_stable"] is True
+
+
+def cavity_branches(problem, X, y, S):
+    """At an ERM stationary point S: the c = 1 GAMP scalars (V, Sigma_hat) solved self-consistently, then for every
+    sequence the prox objective |h - omega|^2/(2V) + l(h; y) at its cavity field omega = h* - V g (h* = A(S),
+    g = -grad l(h*)) from 10 starts. Returns (number with >= 2 local minima, number whose h* is not the global
+    minimiser, V). RS assumes both are 0 (docs/theory/stability.md section 5)."""
+    from tiedattention.amp import MeasurementOperator, spectral_denoiser
+    from tiedattention.theory import channel as C
+
+    op = MeasurementOperator(X)
+    n, T, d = op.n, op.T, op.d
+    lam = problem.student.lam
+    h = op.forward(S)
+    _, grad, H = C.softmax_loss(h, y, problem.student.beta, T)
+    K = H.shape[1]
+    V = 10.0
+    for _ in range(500):
+        sh = 2.0 * float(np.trace(np.linalg.solve(np.eye(K)[None] + V * H, H), axis1=1, axis2=2).sum()) / d**2
+        den = spectral_denoiser(sh * S - (2.0 / d) * op.adjoint(grad), 2 * lam)
+        v_new = 2.0 * den.divergence / (d**2 * sh)
+        if abs(v_new - V) < 1e-12 * V:
+            break
+        V = 0.5 * (V + v_new)
+    B = C.reduced_basis(T)
+    kern = C._kernel(T, problem.student.beta)
+    lab = kern.labels(y.reshape(n, T, T))
+    b = (h + V * grad) @ B
+    c_star = h @ B
+    logy = np.log(np.clip(y.reshape(n, T * T), 1e-12, None))
+    c_int = logy @ C._logit_fit_matrix(T, problem.student.beta).T
+    starts = [b, c_int, c_star] + [b + t * (c_int - b) for t in (0.5, 1.5, -0.5)]
+    starts += [b + V * 0.3 * np.array(v) for v in ((1, 0), (0, 1), (-1, 0), (0, -1))]
+    cs, fs = [], []
+    for s0 in starts:
+        r = C._prox_reduced(kern, b, lab, np.full(n, V), [s0], 1e-12, 300)
+        cs.append(r.c)
+        fs.append(r.f)
+    c, f = np.stack(cs, 1), np.stack(fs, 1)
+    idx = np.arange(n)
+    cb = c[idx, np.argmin(f, 1)]
+    distinct = np.linalg.norm(c - cb[:, None, :], axis=2) > 1e-5 * (1 + np.linalg.norm(cb, axis=1))[:, None]
+    own = np.linalg.norm(cb - c_star, axis=1) < 1e-5 * (1 + np.linalg.norm(c_star, axis=1))
+    return int(np.any(distinct, axis=1).sum()), int((~own).sum()), V
+
+
+@pytest.mark.slow
+def test_erm_minimum_puts_sequences_on_non_global_prox_branches_only_where_rs_fails():
+    """d = 50, seed 0, prox trainer: at alpha = 0.25, lam = 1e-4 (the failing point) 13 sequences have two prox
+    branches and 5 sit on the non-global one (measured); at alpha = 0.5, lam = 0.01 none."""
+    pytest.importorskip("torch")
+    from tiedattention.simulation import rng_for, sample_dataset, train
+
+    counts = {}
+    for alpha, lam in ((0.5, 0.01), (0.25, 1e-4)):
+        pb = Problem.from_options(**REF, lam=lam)
+        S0 = pb.task.target.sample(50, rng_for(0, "target"))
+        data = sample_dataset(pb, round(alpha * 2500), 50, 0, S0=S0)
+        r = train(pb, data, solver="prox", seed=0, rtol=1e-12)
+        counts[alpha] = cavity_branches(pb, np.asarray(data.X, float), np.asarray(data.y, float),
+                                        np.asarray(r.S_hat, float))
+    assert counts[0.5][:2] == (0, 0)
+    assert counts[0.25][0] >= 5 and counts[0.25][1] >= 1
