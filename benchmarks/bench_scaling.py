@@ -99,15 +99,17 @@ def table(args) -> None:
                 lo, hi = (float(v) for v in args.nu_range.split(":"))
             nus = _grid(lo, hi, args.per_decade)
             t0 = time.perf_counter()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                recs = finite_d_curve(problem, d, nus / d, rule, k_stop=d // 4)
-            secs = time.perf_counter() - t0
-            for r in recs:
+
+            def write(r, gamma=gamma):  # point by point: a long curve stopped early keeps what it has done
                 r.update(gamma=gamma, rule=rule.spec)
                 if out:
                     out.write(json.dumps(r) + "\n")
                     out.flush()
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                recs = finite_d_curve(problem, d, nus / d, rule, k_stop=d // 4, on_record=write)
+            secs = time.perf_counter() - t0
             use = [r for r in recs if r["converged"] and r["excess"] > 0 and 3 <= r["k_star"] <= d / 4]
             f_pred, _ = predicted_exponent(gamma, rule)
             try:

@@ -759,7 +759,7 @@ def _plain_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=None,
 
 
 def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=None, xatol: float = 0.03,
-                   route: str = "auto", outliers: bool = False, k_stop: int | None = None,
+                   route: str = "auto", outliers: bool = False, k_stop: int | None = None, on_record=None,
                    **options) -> list[dict[str, Any]]:
     """Finite-d SE along alphas (n = alpha d^2) with the lambda rule: one record per alpha.
 
@@ -779,7 +779,8 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
     ``outliers``: the recovered modes' target eigenvalue theta, position y (in units of Y/m_hat), learned
     eigenvalue and squared overlap (:func:`recovered_modes_finite`; cheap: no free convolution).
     ``k_stop``: end the curve after the first point with k_star > k_stop (the points beyond a fit window
-    k* <= d/4 cost the most and are not used).
+    k* <= d/4 cost the most and are not used). ``on_record``: called with each record as soon as it is done
+    (fast route; the plain route calls it at the end), e.g. to write long curves point by point.
     """
     if route not in ("auto", "fast", "plain"):
         raise ValueError(f"route must be 'auto', 'fast' or 'plain' (got {route!r})")
@@ -800,10 +801,20 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
             for rec in out:
                 se = StateEvolution(problem.replace_student(lam=rec["lam"]), d=d, **options)
                 rec["outliers"] = recovered_modes_finite(se, se.solve(rec["alpha"]))
+        for rec in out if on_record is not None else ():
+            on_record(rec)
         return out
     import warnings
 
     from ..errors import ConvergenceWarning
+
+    if on_record is not None:
+        user_progress = progress
+
+        def progress() -> None:
+            on_record(out[-1])
+            if user_progress is not None:
+                user_progress()
 
     fast = FastFiniteD(problem, d, **options)
     e0, c0 = saturation_error(fast)
