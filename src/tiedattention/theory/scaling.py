@@ -640,11 +640,16 @@ class FastFiniteD(StateEvolution):
         lo, mid, hi, e_lo, e_mid, e_hi = walk(v0)
         renodes = 0
         # the trials are only as good as the node is close to them (tangent in t: relative error ~ g^2, times the
-        # sensitivity of the fixed point, large at small alpha): where the predicted delta0 missed the middle
-        # trial's delta by more than renode_tol in t (d = 1000, nu = 11.1 after a plain-route point: g = 0.2 and a
-        # fake minimum at lambda 0.046, test error 0.15542 against 0.14762 at lambda ~ 0.012; a node moved to the
-        # middle trial still left 0.14783), search again from the middle trial with exact trials
-        node_gap = abs((deltas[mid] / self.nodes.last_delta) ** 2 - 1.0) if mid in deltas else math.nan
+        # sensitivity of the fixed point, large at small alpha; far from the node the interpolated map can even
+        # have spurious fixed points): where one of the three trials' delta is more than renode_tol off the node
+        # in t, search again from the middle trial with exact trials. Measured: d = 1000, gamma = 1.25, nu = 11.1
+        # after a plain-route point, g = 0.2 at the middle trial and a fake minimum at lambda 0.046 (test error
+        # 0.15542 against 0.14762 at lambda ~ 0.012; a node moved to the middle trial still left 0.14783);
+        # d = 2000, gamma = 2, nu = 31.6: g = 0.04 at the middle trial but 0.37 and 0.48 at its neighbours,
+        # whose interpolated test errors 0.146 and 0.152 made a sharp fake minimum at lambda 0.0115 (0.10770;
+        # lambda = 0.035 gives 0.10235)
+        gaps = [abs((deltas[v] / self.nodes.last_delta) ** 2 - 1.0) for v in (lo, mid, hi) if v in deltas]
+        node_gap = max(gaps) if gaps else math.nan
         if not exact_trials and node_gap > renode_tol:
             renodes = 1
             x0 = trials[mid][1]
