@@ -54,6 +54,7 @@ ROUGH_QMC = {"rule": "qmc", "qmc_log2": 14, "replicas": 4}
 ROUGH_FLOOR_STOP = 0.1
 ROUGH_STALL = 15
 ROUGH_MAX_ITER = 80  # per stage; then the floor_factor acceptance decides (each cold call ~0.1-0.4 s)
+ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
 
 @dataclass
 class SEResult:
@@ -467,6 +468,12 @@ class StateEvolution:
                         break
         return self._observables(alpha, x, ch, ms, converged, it, resid, message)
 
+    def _rough_point(self, ch) -> bool:
+        """Gauss-Hermite, cold map (last stage): does this evaluation's branch share call for the QMC re-solve?
+        Such a stalled point stops after ROUGH_GH_STALL iterations without progress instead of ``stall``."""
+        return (self.branch_switch is not None and self._stage[0] is self.channel and self._stage[1] is None
+                and ch.branch_share > self.branch_switch)
+
     def _with_error_estimate(self, alpha: float, x: np.ndarray, ch):
         """``channel_final.moments(alpha, *x)`` from ``ch = channel.moments(alpha, *x)`` (cold, the same
         Gauss-Hermite panel): the error estimates |order - order_low| from one evaluation of the low rule."""
@@ -552,7 +559,7 @@ class StateEvolution:
                 prior_dy, prior_df = np.zeros((3, 0)), np.zeros((3, 0))
             if resid < best_resid:
                 best_resid, best_y, it_best = resid, y.copy(), it
-            elif it - it_best >= self.stall:
+            elif it - it_best >= (ROUGH_GH_STALL if self._rough_point(ch) else self.stall):
                 message = f"stalled at residual {best_resid:.2e}"
                 break
             hist_y.append(y.copy())
