@@ -16,6 +16,7 @@ import pytest
 from tiedattention.problem import Problem
 from tiedattention.theory.spectral import FreeConvolution
 from tiedattention.theory.stability import (
+    channel_options_for,
     channel_replicon,
     denoiser_replicon,
     finite_d_denoiser_replicon,
@@ -332,6 +333,21 @@ def test_cli_theory_rs_stability_fields():
     rec = json.loads(res.stdout.strip().splitlines()[0])
     assert rec["rs_at"] == pytest.approx(0.475, abs=0.01)  # the reference point (docs/theory/stability.md)
     assert rec["rs_switching"] == 0.0 and rec["rs_stable"] is True
+
+
+def test_at_of_a_qmc_resolved_point_uses_its_own_rule():
+    """Past the interpolation peak the SE point is re-solved with QMC; its AT value must be evaluated with that
+    rule (the Gauss-Hermite rule's error estimate there is of order 10, i.e. meaningless)."""
+    assert channel_options_for("qmc4x2^14") == {"rule": "qmc", "replicas": 4, "qmc_log2": 14}
+    assert channel_options_for("gh12") is None and channel_options_for("") is None
+    problem = Problem.from_options(**REF, lam=1e-4)
+    from types import SimpleNamespace
+
+    point = SimpleNamespace(alpha=0.25, q=2.9, m=1.67, sigma=29.8, quadrature="qmc4x2^11")  # an SEResult's fields
+    own = rs_stability(problem, point)
+    gh = rs_stability(problem, (point.q, point.m, point.sigma), alpha=0.25)
+    assert own.error < 0.05 * own.at  # a QMC replica error, not a jump between Gauss-Hermite orders
+    assert gh.error > 10 * own.error
 
 
 def cavity_branches(problem, X, y, S):

@@ -78,7 +78,7 @@ def theory(
 
 def _rs_fields(problem: Problem, rec: dict, d: int | None, channel_options: dict | None) -> dict:
     """RS stability of one converged record: the regular AT value and the prox branch-switching fraction."""
-    from ..theory.stability import prox_switching
+    from ..theory.stability import channel_options_for, prox_switching
     from ..theory.stability import rs_stability as at_of
 
     out = {"rs_at": None, "rs_at_error": None, "rs_switching": None, "rs_stable": None, "rs_message": ""}
@@ -87,6 +87,8 @@ def _rs_fields(problem: Problem, rec: dict, d: int | None, channel_options: dict
         out["rs_message"] = "not computed (point not converged or not finite)"
         return out
     point = (rec["q"], rec["m"], rec["sigma"])
+    if channel_options is None:  # the rule the point was solved with (QMC past the interpolation peak)
+        channel_options = channel_options_for(rec.get("quadrature", ""))
     s = at_of(problem, point, alpha=rec["alpha"], d=d, channel_options=channel_options)
     sw = 0.0
     if rec["q"] > 0 and problem.task.noise_out == 0:

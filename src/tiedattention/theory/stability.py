@@ -33,6 +33,7 @@ only). RS is stable iff AT < 1 and the prox does not switch branches (docs/theor
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -308,16 +309,28 @@ def channel_replicon(problem: Problem, alpha: float, q: float, m: float, sigma: 
     return ch.jac_sq, ch.jac_sq_error, ch
 
 
+def channel_options_for(quadrature: str) -> dict | None:
+    """The channel options of an SE point's rule name (``SEResult.quadrature``): "qmcRx2^L" -> QMC with R
+    replicas of 2^L points; None (the SE's default rule) for a Gauss-Hermite or empty name."""
+    hit = re.fullmatch(r"qmc(\d+)x2\^(\d+)", quadrature or "")
+    if hit is None:
+        return None
+    return {"rule": "qmc", "replicas": int(hit.group(1)), "qmc_log2": int(hit.group(2))}
+
+
 def rs_stability(problem: Problem, point, alpha: float | None = None, d: int | None = None,
                  channel_options: dict | None = None) -> StabilityResult:
     """AT value of the RS fixed point ``point`` (an :class:`SEResult`, or (q, m, Sigma) with ``alpha``).
 
     The conjugates are recomputed from (q, m, Sigma) by the same channel rule as the SE's (so that the channel
-    and the denoiser parts belong to one evaluation); ``d`` only for list-based targets.
+    and the denoiser parts belong to one evaluation; for an SEResult re-solved with QMC, that QMC rule);
+    ``d`` only for list-based targets.
     """
     if hasattr(point, "q"):
         alpha = point.alpha if alpha is None else alpha
         q, m, sigma = point.q, point.m, point.sigma
+        if channel_options is None:  # a point re-solved with QMC past the peak: evaluate with its own rule
+            channel_options = channel_options_for(getattr(point, "quadrature", ""))
     else:
         q, m, sigma = (float(v) for v in point)
     if alpha is None:
