@@ -23,6 +23,8 @@ from tiedattention.theory.state_evolution import StateEvolution
 pytestmark = pytest.mark.slow
 sim = pytest.importorskip("tiedattention.simulation")
 
+D400_SEEDS = 4  # seeds 0 .. D400_SEEDS - 1 of spikes 10, 8, 6.5 on MP(0.2), alpha = 0.1, d = 400
+
 
 def _cache_file(*parts):
     root = os.environ.get("TIEDATTENTION_SIM_CACHE")
@@ -189,7 +191,8 @@ def _learned_outliers(p, spec, alpha, d, seeds, k):
 def test_outliers_and_overlaps_extrapolated(torch_one_thread):
     """Spikes 10, 8, 6.5 on MP(0.2), alpha = 0.1: the three learned outliers and their overlaps with the target
     eigenvectors, theory at each d (the spikes are atoms of mass 1/d) against training at d = 100 / 200 / 400
-    (8 / 6 / 3 seeds). Measured gaps simulation - theory of the top outlier -0.18 / -0.08 / -0.13 (one sample
+    (8 / 6 / D400_SEEDS seeds; the numbers below are from the first 3 at d = 400, see docs/theory/spectra.md for
+    the current ones). Measured gaps simulation - theory of the top outlier -0.18 / -0.08 / -0.13 (one sample
     fluctuates by s delta sqrt(2/d) ~ 0.09 at d = 400, so 3 seeds cannot resolve 0.05 there). The spread of each
     quantity is pooled over all runs as c/sqrt(d) (fluctuations of outliers scale like d^{-1/2}; the sample sd
     of 3 seeds alone can be 10x too small: measured 0.0008 for the top overlap at d = 400, against
@@ -200,7 +203,7 @@ def test_outliers_and_overlaps_extrapolated(torch_one_thread):
     spec = "spikes:10,8,6.5+mp:0.2"
     p = Problem.from_options(target=spec)
     runs = []
-    for d, seeds in ((100, 8), (200, 6), (400, 3)):
+    for d, seeds in ((100, 8), (200, 6), (400, D400_SEEDS)):
         sp = learned_spectrum(p, 0.1, d=d)
         rec = [o for o in sp.outliers if o.recovered]
         assert len(rec) == 3
@@ -396,9 +399,6 @@ def test_outlier_appearance_alpha_scan(spec, torch_one_thread):
         if grid[0] < lo and hi < grid[-1]:  # the window lies inside the scanned range: the appearance is resolved
             assert lo <= a_sim <= hi, (th, a_sim, lo, hi)
     assert np.all(np.abs(sim_ov - theory) <= 0.1 + 2 * sim_sem), (sim_ov, theory, sim_sem)
-
-
-D400_SEEDS = 4  # seeds 0 .. D400_SEEDS - 1 of spikes 10, 8, 6.5 on MP(0.2), alpha = 0.1, d = 400
 
 
 def _mp_spikes_at_d400():
