@@ -77,3 +77,23 @@ def test_cli_thresholds_json_and_errors():
         res = runner.invoke(app, ["thresholds", *bad])
         assert res.exit_code == 2, bad
         assert name in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_narrow_student_thresholds_respect_the_parameter_count():
+    """kappa < 1: the RS narrow threshold (0.24854 at kappa = 0.25, above the parameter count 0.21875, where the
+    rank cut binds and RS is unstable) is reported as interpolation_rs; interpolation is capped by the count and
+    perfect recovery is impossible below the target's rank. A non-binding cut (kappa = 0.75) changes nothing."""
+    wide = thresholds(Problem.from_options())
+    th = thresholds(Problem.from_options(kappa=0.25))
+    assert th.parameter_count == pytest.approx(0.25 - 0.25**2 / 2, abs=1e-15)
+    assert th.interpolation_rs == pytest.approx(0.24854, abs=1e-5)
+    assert th.interpolation == th.parameter_count < th.interpolation_rs
+    assert th.interpolation_alpha == pytest.approx(th.interpolation / 2)
+    assert th.perfect_recovery_factorized is None and th.perfect_recovery_factorized_alpha is None
+    assert "parameter count" in th.message and "kappa0" in th.message
+    loose = thresholds(Problem.from_options(kappa=0.75))
+    assert loose.interpolation == pytest.approx(wide.interpolation, rel=1e-9)
+    assert loose.parameter_count > loose.interpolation
+    assert wide.message == "" and wide.interpolation_rs is None and wide.kappa == 1.0
+    res = CliRunner().invoke(app, ["thresholds", "--kappa", "0.25"])
+    assert res.exit_code == 0 and "none" in res.output and "parameter" in res.output

@@ -36,5 +36,11 @@ def thresholds_cmd(
     for col in ("threshold", "ᾱ", "α = n/d²"):
         table.add_column(col, justify="right")
     for name in ("interpolation", "perfect_recovery_factorized", "perfect_recovery_direct", "bayes_optimal"):
-        table.add_row(name.replace("_", " "), f"{th[name]:.6f}", f"{th[name + '_alpha']:.6f}")
-    Console().print(table)
+        if th[name] is None:
+            table.add_row(name.replace("_", " "), "none", "none")
+        else:
+            table.add_row(name.replace("_", " "), f"{th[name]:.6f}", f"{th[name + '_alpha']:.6f}")
+    console = Console()
+    console.print(table)
+    if th["message"]:
+        console.print(f"[yellow]note:[/] {th['message']}")

@@ -36,6 +36,7 @@ __all__ = [
     "interpolation_noiseless",
     "perfect_recovery_se",
     "rank_fraction",
+    "parameter_count",
 ]
 
 
@@ -152,20 +153,40 @@ def perfect_recovery_se(measure, delta: float = 5e-3) -> tuple[float, float]:
     return si.dI_ddelta / (4.0 * delta), mse
 
 
+def parameter_count(kappa: float) -> float:
+    """Dimension of {S PSD, rank <= kappa d} per d^2 (alpha_bar units): kappa - kappa^2/2 (1/2 for kappa >= 1).
+
+    n generic noisy labels cannot be fitted exactly by a manifold of lower dimension, so the training error of
+    a rank-kappa d student leaves zero at alpha_bar <= parameter_count(kappa)."""
+    return kappa - kappa * kappa / 2 if kappa < 1 else 0.5
+
+
 @dataclass(frozen=True)
 class Thresholds:
-    """All thresholds, in alpha_bar units and (suffix _alpha) in alpha = n/d^2 units."""
+    """All thresholds, in alpha_bar units and (suffix _alpha) in alpha = n/d^2 units.
+
+    ``interpolation`` is where the training error of the problem's student leaves zero at lambda -> 0+. For a
+    narrow factorised student (kappa < 1) whose rank cut binds, the replica-symmetric value
+    (``interpolation_rs``) is RS-unstable (docs/theory/stability.md) and can exceed the parameter count
+    kappa - kappa^2/2; ``interpolation`` is then the smaller of the two (training stops interpolating at the
+    parameter count, docs/theory/spectra.md section 2) and ``message`` says so. ``perfect_recovery_factorized``
+    is None when the student's rank is below the target's (kappa < kappa0: S0 cannot be represented).
+    """
 
     interpolation: float
-    perfect_recovery_factorized: float
+    perfect_recovery_factorized: float | None
     perfect_recovery_direct: float
     bayes_optimal: float
     interpolation_alpha: float
-    perfect_recovery_factorized_alpha: float
+    perfect_recovery_factorized_alpha: float | None
     perfect_recovery_direct_alpha: float
     bayes_optimal_alpha: float
     kappa0: float
     tokens: int
+    kappa: float = 1.0
+    interpolation_rs: float | None = None
+    parameter_count: float = 0.5
+    message: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -175,11 +196,32 @@ def thresholds(problem: Problem, d: int | None = None) -> Thresholds:
     """Thresholds for a problem (the interpolation threshold uses its noise, model and spectrum)."""
     measure = problem.task.target.measure(d)
     kappa0 = rank_fraction(measure)
+    student = problem.student
+    narrow = student.model == "factorized" and student.kappa < 1
+    count = parameter_count(student.kappa) if student.model == "factorized" else 0.5
+    messages = []
+    inter_rs = None
     if problem.task.noise_out > 0 and problem.task.task == "seq2lab":
         inter = 0.0  # output noise leaves the simplex: labels cannot be fitted exactly
+    elif narrow:
+        from .denoisers import narrow_interpolation_alpha_bar
+
+        inter_rs = narrow_interpolation_alpha_bar(measure, problem.task.noise, student.kappa)
+        inter = min(inter_rs, count)
+        if inter_rs > count:
+            messages.append(
+                f"the replica-symmetric narrow threshold {inter_rs:.6g} exceeds the parameter count "
+                f"kappa - kappa^2/2 = {count:.6g}; its rank cut binds (RS unstable, docs/theory/stability.md): "
+                "interpolation is reported at the parameter count, where training stops interpolating")
     else:
-        inter = interpolation_threshold(measure, problem.task.noise, problem.student.model)
-    pr_f = perfect_recovery_factorized(kappa0)
+        inter = interpolation_threshold(measure, problem.task.noise, student.model)
+    pr_f: float | None = perfect_recovery_factorized(kappa0)
+    if narrow and student.kappa < kappa0:
+        pr_f = None
+        messages.append(f"no perfect recovery: student rank fraction kappa = {student.kappa:g} < kappa0 = {kappa0:.4g}")
+    elif narrow:
+        messages.append("perfect_recovery_factorized is the full-width (convex) value; the rank constraint is "
+                        "not included")
     pr_d = perfect_recovery_direct()
     bo = bayes_optimal(kappa0)
     t = problem.task.tokens
@@ -189,9 +231,13 @@ def thresholds(problem: Problem, d: int | None = None) -> Thresholds:
         perfect_recovery_direct=pr_d,
         bayes_optimal=bo,
         interpolation_alpha=alpha_from_bar(inter, t),
-        perfect_recovery_factorized_alpha=alpha_from_bar(pr_f, t),
+        perfect_recovery_factorized_alpha=None if pr_f is None else alpha_from_bar(pr_f, t),
         perfect_recovery_direct_alpha=alpha_from_bar(pr_d, t),
         bayes_optimal_alpha=alpha_from_bar(bo, t),
         kappa0=kappa0,
         tokens=t,
+        kappa=float(student.kappa),
+        interpolation_rs=inter_rs,
+        parameter_count=count,
+        message="; ".join(messages),
     )
