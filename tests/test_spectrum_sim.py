@@ -23,7 +23,8 @@ from tiedattention.theory.state_evolution import StateEvolution
 pytestmark = pytest.mark.slow
 sim = pytest.importorskip("tiedattention.simulation")
 
-D400_SEEDS = 4  # seeds 0 .. D400_SEEDS - 1 of spikes 10, 8, 6.5 on MP(0.2), alpha = 0.1, d = 400
+# seeds 0 .. n - 1 of spikes 10, 8, 6.5 on MP(0.2), alpha = 0.1, at d = 100, 200, 400
+D100_SEEDS, D200_SEEDS, D400_SEEDS = 24, 16, 4
 
 
 def _cache_file(*parts):
@@ -191,19 +192,16 @@ def _learned_outliers(p, spec, alpha, d, seeds, k):
 def test_outliers_and_overlaps_extrapolated(torch_one_thread):
     """Spikes 10, 8, 6.5 on MP(0.2), alpha = 0.1: the three learned outliers and their overlaps with the target
     eigenvectors, theory at each d (the spikes are atoms of mass 1/d) against training at d = 100 / 200 / 400
-    (8 / 6 / D400_SEEDS seeds; the numbers below are from the first 3 at d = 400, see docs/theory/spectra.md for
-    the current ones). Measured gaps simulation - theory of the top outlier -0.18 / -0.08 / -0.13 (one sample
-    fluctuates by s delta sqrt(2/d) ~ 0.09 at d = 400, so 3 seeds cannot resolve 0.05 there). The spread of each
-    quantity is pooled over all runs as c/sqrt(d) (fluctuations of outliers scale like d^{-1/2}; the sample sd
-    of 3 seeds alone can be 10x too small: measured 0.0008 for the top overlap at d = 400, against
-    c/sqrt(d) = 0.008); the 1/d fit of each gap must have an intercept within 3 standard errors of 0
-    (6 quantities: 3 sigma keeps the chance of a false alarm ~2 %). Measured intercepts (the same seeds, run
-    piecewise): -0.086 +- 0.086, -0.006 +- 0.060, -0.060 +- 0.068 (positions), 0.000 +- 0.006, -0.002 +- 0.009,
-    0.000 +- 0.014 (overlaps)."""
+    (D100_SEEDS / D200_SEEDS / D400_SEEDS seeds). One sample fluctuates by s delta sqrt(2/d) ~ 0.09 at d = 400.
+    The spread of each quantity is pooled over all runs as c/sqrt(d) (fluctuations of outliers scale like
+    d^{-1/2}; the sample sd of 3 seeds alone can be 10x too small: measured 0.0008 for the top overlap at d = 400,
+    against c/sqrt(d) = 0.008); the 1/d fit of each gap must have an intercept within 3 standard errors of 0
+    (6 quantities: 3 sigma keeps the chance of a false alarm ~2 %). The measured gaps and intercepts are in
+    docs/theory/spectra.md (the overlaps' gaps halve with each doubling of d; the top position's does not)."""
     spec = "spikes:10,8,6.5+mp:0.2"
     p = Problem.from_options(target=spec)
     runs = []
-    for d, seeds in ((100, 8), (200, 6), (400, D400_SEEDS)):
+    for d, seeds in ((100, D100_SEEDS), (200, D200_SEEDS), (400, D400_SEEDS)):
         sp = learned_spectrum(p, 0.1, d=d)
         rec = [o for o in sp.outliers if o.recovered]
         assert len(rec) == 3
