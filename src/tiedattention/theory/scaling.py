@@ -452,22 +452,18 @@ class FastFiniteD(StateEvolution):
         trials along five table curves one converged after stalling for 25 iterations (gamma = 0.75, d = 500),
         and losing it sends a search point to the plain solver. The channel's warnings are silenced (trial
         points of the search); an unevaluable map (FloatingPointError) is recovered by the shared loop's halved
-        step from the last good point; any other ValueError fails the trial. (Passing max_iter and stall to
-        ``_iterate`` as arguments would replace setting them on the instance for the call.)"""
+        step from the last good point; any other ValueError fails the trial."""
         import warnings
 
         from ..errors import ConvergenceWarning
 
-        saved = self.max_iter, self.stall
-        self.max_iter, self.stall = max_iter, max_iter
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
-                st = StateEvolution._iterate(self, alpha, self._to_y(np.asarray(x0, float)), tol)
+                st = StateEvolution._iterate(self, alpha, self._to_y(np.asarray(x0, float)), tol,
+                                             max_iter=max_iter, stall=max_iter)
         except ValueError:
             return None
-        finally:
-            self.max_iter, self.stall = saved
         if not st["converged"]:
             return None
         return self._to_x(st["y"]), st["final"][2], st["it"]

@@ -504,12 +504,16 @@ class StateEvolution:
         return {"y": sol.x + f, "resid": resid, "converged": bool(np.isfinite(resid) and resid <= self.tol),
                 "nfev": nfev}
 
-    def _iterate(self, alpha: float, y: np.ndarray, tol: float, prior=None) -> dict[str, Any]:
+    def _iterate(self, alpha: float, y: np.ndarray, tol: float, prior=None, max_iter: int | None = None,
+                 stall: int | None = None) -> dict[str, Any]:
         """Damped Anderson iteration of the map (current stage's channel) from y until residual <= tol.
 
         ``prior``: secant pairs (dY, dF) of a previous stage (columns), used by Anderson mixing alongside
         the new ones until the history is reset; the result's ``pairs`` are the last ones of this stage.
+        ``max_iter`` / ``stall`` override the solver's cap and stall rule for this call (an explicit ``stall``
+        also replaces the shorter stall of a rough Gauss-Hermite point); the fast scaling route uses them.
         """
+        max_iter = self.max_iter if max_iter is None else int(max_iter)
         prior_dy, prior_df = prior if prior is not None else (np.zeros((3, 0)), np.zeros((3, 0)))
         hist_y: list[np.ndarray] = []
         hist_f: list[np.ndarray] = []
@@ -523,7 +527,7 @@ class StateEvolution:
         it_best = 0
         eta = self.damping
         it = 0
-        while it < self.max_iter:
+        while it < max_iter:
             it += 1
             try:
                 gy, ch, ms = self._g(alpha, y)
@@ -559,7 +563,8 @@ class StateEvolution:
                 prior_dy, prior_df = np.zeros((3, 0)), np.zeros((3, 0))
             if resid < best_resid:
                 best_resid, best_y, it_best = resid, y.copy(), it
-            elif it - it_best >= (ROUGH_GH_STALL if self._rough_point(ch) else self.stall):
+            elif it - it_best >= (stall if stall is not None else
+                                  ROUGH_GH_STALL if self._rough_point(ch) else self.stall):
                 message = f"stalled at residual {best_resid:.2e}"
                 break
             hist_y.append(y.copy())
@@ -583,7 +588,7 @@ class StateEvolution:
                 y_new = y + (y_new - y) * (self.max_step / step)
             y = y_new
         else:
-            message = f"no convergence in {self.max_iter} iterations"
+            message = f"no convergence in {max_iter} iterations"
         pairs = (np.diff(np.array(hist_y), axis=0).T.reshape(3, -1), np.diff(np.array(hist_f), axis=0).T.reshape(3, -1))
         if len(hist_y) < 2:
             pairs = (np.zeros((3, 0)), np.zeros((3, 0)))
