@@ -235,6 +235,23 @@ def _denoiser(problem: Problem, res: SEResult) -> tuple[float, float, float, boo
     return scale, res.eps, res.delta, False
 
 
+def denoiser_pieces(problem: Problem, measure: SpectralMeasure, res: SEResult, rtol: float | None = None):
+    """The estimator's spectral picture at a solved (non-zero) SE point, shared by the decomposition and
+    :mod:`.strong_modes`: (scale, eps, delta, linear, fc, cut, pieces) with fc the free convolution
+    rho_delta, cut the eigenvalue of Y below which S_hat has no spectrum (eps, raised to the rank-kappa d
+    quantile when a narrow student's cut binds; -inf for the linear direct denoiser) and pieces the
+    integration panels of rho_delta above it."""
+    scale, eps, delta, linear = _denoiser(problem, res)
+    fc = FreeConvolution(measure, delta) if rtol is None else FreeConvolution(measure, delta, rtol=rtol)
+    if linear:
+        return scale, eps, delta, linear, fc, -math.inf, [(lo, hi, 0.5, 0.5) for lo, hi in fc.intervals_u]
+    cut = eps
+    kappa = problem.student.kappa if problem.student.model == "factorized" else 1.0
+    if kappa < 1 and fc.integrals(eps).rank > kappa:
+        cut = max(eps, fc.quantile(kappa))
+    return scale, eps, delta, linear, fc, cut, fc._pieces_above(cut)
+
+
 def spectral_parts(problem: Problem, measure: SpectralMeasure, res: SEResult, c: float,
                    max_outlier_weight: float = 0.01, rtol: float = 1e-10) -> dict[str, Any]:
     """The parts at a solved SE point (regular, interpolating or zero phase), by quadrature over rho_delta.
@@ -253,18 +270,8 @@ def spectral_parts(problem: Problem, measure: SpectralMeasure, res: SEResult, c:
     zero = {"q": 0.0, "m": 0.0, "a": 0.0, "oq": 0.0, "om": 0.0}
     if res.phase == "zero":
         return _assemble(c, q0, {"O": dict(zero), "B": dict(zero)}, q0, tail, 0)
-    scale, eps, delta, linear = _denoiser(problem, res)
-    fc = FreeConvolution(measure, delta, rtol=rtol)
+    scale, eps, delta, linear, fc, cut, pieces = denoiser_pieces(problem, measure, res, rtol=rtol)
     t = fc.t
-    if linear:
-        cut = -math.inf
-        pieces = [(lo, hi, 0.5, 0.5) for lo, hi in fc.intervals_u]
-    else:
-        cut = eps
-        if kappa < 1:
-            if fc.integrals(eps).rank > kappa:
-                cut = max(eps, fc.quantile(kappa))
-        pieces = fc._pieces_above(cut)
     comps = fc.bulks()
     # recovered outliers: an atom alone in its component, detached (d -> inf overlap > 0), bump mean above the cut
     cand = [k for k, b in enumerate(comps) if b["atoms"].size == 1 and not b["continuous"]

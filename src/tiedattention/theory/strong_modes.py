@@ -349,21 +349,10 @@ def _bulk_couplings(problem: Problem, measure, res, thetas: np.ndarray, own: lis
     = int rho_delta(y) l(y) O(theta_i, y) dy, O(x, y) = delta^2/|x - omega(y)|^2 the overlap density of
     decomposition.md section 4 (restricted to the directions above the cut; ``own[i]``: exclude the component
     that is mode i's own recovered bump)."""
-    from .decomposition import _denoiser
-    from .spectral import FreeConvolution
+    from .decomposition import denoiser_pieces
 
-    scale, eps, delta, linear = _denoiser(problem, res)
-    fc = FreeConvolution(measure, delta)
+    scale, eps, delta, linear, fc, cut, pieces = denoiser_pieces(problem, measure, res)
     t = fc.t
-    if linear:
-        cut = -math.inf
-        pieces = [(lo, hi, 0.5, 0.5) for lo, hi in fc.intervals_u]
-    else:
-        cut = eps
-        kappa = problem.student.kappa
-        if kappa < 1 and fc.integrals(eps).rank > kappa:
-            cut = max(eps, fc.quantile(kappa))
-        pieces = fc._pieces_above(cut)
     if not pieces or thetas.size == 0:
         return np.zeros(thetas.size)
 
