@@ -53,6 +53,7 @@ import numpy as np
 from .errors import ConvergenceWarning, ParameterError
 from .problem import Problem
 from .theory.channel import logit_design, prox_softmax, softmax_loss
+from .theory.denoisers import spectral_divided_differences
 
 __all__ = [
     "MeasurementOperator",
@@ -138,16 +139,8 @@ def spectral_divergence(mu: np.ndarray, f: np.ndarray, fprime: np.ndarray) -> fl
     use the mean derivative. ``f`` may be any function of the ordered eigenvalues that is locally smooth
     (a rank cut between two distinct eigenvalues included).
     """
-    mu = np.asarray(mu, float)
-    f = np.asarray(f, float)
-    fprime = np.asarray(fprime, float)
-    dmu = mu[:, None] - mu[None, :]
-    df = f[:, None] - f[None, :]
-    scale = max(float(np.max(np.abs(mu))), 1e-300)
-    close = np.abs(dmu) <= 1e-12 * scale
-    ratio = np.where(close, 0.5 * (fprime[:, None] + fprime[None, :]), df / np.where(close, 1.0, dmu))
-    iu = np.triu_indices(mu.size, 1)
-    return float(fprime.sum() + ratio[iu].sum())
+    diag, off = spectral_divided_differences(mu, f, fprime)
+    return float(diag.sum() + off.sum())
 
 
 @dataclass(frozen=True)

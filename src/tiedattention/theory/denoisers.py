@@ -306,3 +306,20 @@ def solve_narrow_interpolating_phase(measure, qz: float, abar: float, kappa: flo
     return {"delta": delta, "eps": eps, "I": j2, "m_over_r": j2 + eps * j1 - 2.0 * delta**2 * jg, "rank": si.rank,
             "trace": j1, "iterations": rr.iterations, "residual": resid, "converged": ok,
             "message": msg}
+
+
+def spectral_divided_differences(mu: np.ndarray, f: np.ndarray, fprime: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The Jacobian of the spectral map Y = U diag(mu) U^T -> U diag(f) U^T on Sym(d), in its eigenbasis.
+
+    In the N = d(d+1)/2 orthonormal coordinates of Sym(d) (Frobenius inner product) the Jacobian is diagonal:
+    f'(mu_i) on E_ii and the divided differences (f_i - f_j)/(mu_i - mu_j) on (E_ij + E_ji)/sqrt 2, i < j
+    ((numerically) equal eigenvalues: the mean derivative). Returns (f' of shape (d,), the d(d-1)/2 divided
+    differences). Its trace is GAMP's divergence (amp.py), its squared norm the denoiser's replicon
+    (stability.py)."""
+    mu, f, fprime = (np.asarray(a, float) for a in (mu, f, fprime))
+    dmu = mu[:, None] - mu[None, :]
+    df = f[:, None] - f[None, :]
+    scale = max(float(np.max(np.abs(mu))), 1e-300)
+    close = np.abs(dmu) <= 1e-12 * scale
+    ratio = np.where(close, 0.5 * (fprime[:, None] + fprime[None, :]), df / np.where(close, 1.0, dmu))
+    return fprime, ratio[np.triu_indices(mu.size, 1)]

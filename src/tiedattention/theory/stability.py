@@ -42,7 +42,7 @@ import numpy as np
 from ..problem import Problem
 from . import channel as _ch
 from .channel import ChannelParams, SoftmaxChannel
-from .denoisers import RIDGE_FACTOR
+from .denoisers import RIDGE_FACTOR, spectral_divided_differences
 from .spectral import FreeConvolution
 
 __all__ = [
@@ -97,14 +97,8 @@ def spectral_jacobian_sq(mu: np.ndarray, f: np.ndarray, fprime: np.ndarray) -> f
     f'(mu_i) on E_ii, (f_i - f_j)/(mu_i - mu_j) on (E_ij + E_ji)/sqrt 2. Hence
     ``sum_i f'(mu_i)^2 + sum_{i<j} ((f_i - f_j)/(mu_i - mu_j))^2`` (equal eigenvalues: the mean derivative).
     """
-    mu, f, fprime = (np.asarray(a, float) for a in (mu, f, fprime))
-    dmu = mu[:, None] - mu[None, :]
-    df = f[:, None] - f[None, :]
-    scale = max(float(np.max(np.abs(mu))), 1e-300)
-    close = np.abs(dmu) <= 1e-12 * scale
-    ratio = np.where(close, 0.5 * (fprime[:, None] + fprime[None, :]), df / np.where(close, 1.0, dmu))
-    iu = np.triu_indices(mu.size, 1)
-    return float(np.sum(fprime**2) + np.sum(ratio[iu] ** 2))
+    diag, off = spectral_divided_differences(mu, f, fprime)
+    return float(np.sum(diag**2) + np.sum(off**2))
 
 
 # --------------------------------------------------------------------------------------------------
