@@ -162,35 +162,27 @@ def _aim_ray(problem, S0, cs, n, rng, chunk=20000):
     return out
 
 
-def test_power_law_ray_against_sampled_sequences_d100():
-    """Test error of c S0 (c = 0.87 ~ c_0, and c = 0: uniform attention) for powerlaw:1.25 at d = 100 from 20000
-    sampled sequences (S0 diagonal: the law of the logits is rotation invariant) against the joint law with k = 6
-    explicit modes; the Gaussian channel sits ~0.009 (10 %) lower at c_0, 30 standard errors."""
+@pytest.mark.parametrize("options, c, seed", [
+    (dict(), 0.87, 11),  # T = 2 at c ~ c_0
+    (dict(tokens=3, beta0=1.2, beta=1.5), 0.7, 5),  # T = 3 (K = 6 logits, the diagonal's g^2 - 1 on 3 tokens)
+])
+def test_power_law_ray_against_sampled_sequences_d100(options, c, seed):
+    """Test error of c S0 and of the uniform predictor (c = 0) for powerlaw:1.25 at d = 100 from 20000 sampled
+    sequences (S0 diagonal: the law of the logits is rotation invariant) against the joint law with k = 6
+    explicit modes, at T = 2 and at T = 3 with beta0 = 1.2, beta = 1.5. At T = 2 the Gaussian channel sits ~0.009
+    (10 %) lower at c_0, 30 standard errors."""
     d = 100
-    p = Problem.from_options(target="powerlaw:1.25", noise=0.5)
+    p = Problem.from_options(target="powerlaw:1.25", noise=0.5, **options)
     S0 = np.diag(p.task.target.eigenvalues(d))
-    mc = _aim_ray(p, S0, (0.87, 0.0), 20000, np.random.default_rng(11))
-    for c in (0.87, 0.0):
-        r = ray_error(p, d, c, 6, **QMC)
-        e, se, ec, sec = mc[c]
-        assert _close(r.value, e, math.hypot(r.error, se)), (c, r.value, e, se)
-        assert _close(r.value_clean, ec, math.hypot(r.error_clean, sec)), (c, r.value_clean, ec, sec)
-    g = _channel(p, 1.0).test_error(0.87**2, 0.87)[0]
-    assert mc[0.87][0] - g > 10 * mc[0.87][1]  # the Gaussian channel misses it
-
-
-def test_three_tokens_and_temperatures_against_sampled_sequences():
-    """T = 3 (K = 6 logits, the diagonal's g^2 - 1 on three tokens), beta0 = 1.2, beta = 1.5: c S0 at c = 0.7 and
-    the uniform predictor, powerlaw:1.25 at d = 100, 20000 sampled sequences against the joint law (k = 6)."""
-    d = 100
-    p = Problem.from_options(target="powerlaw:1.25", noise=0.5, tokens=3, beta0=1.2, beta=1.5)
-    S0 = np.diag(p.task.target.eigenvalues(d))
-    mc = _aim_ray(p, S0, (0.7, 0.0), 20000, np.random.default_rng(5))
-    for c in (0.7, 0.0):
-        r = ray_error(p, d, c, 6, **QMC)
-        e, se, ec, sec = mc[c]
-        assert _close(r.value, e, math.hypot(r.error, se)), (c, r.value, e, se)
-        assert _close(r.value_clean, ec, math.hypot(r.error_clean, sec)), (c, r.value_clean, ec, sec)
+    mc = _aim_ray(p, S0, (c, 0.0), 20000, np.random.default_rng(seed))
+    for cc in (c, 0.0):
+        r = ray_error(p, d, cc, 6, **QMC)
+        e, se, ec, sec = mc[cc]
+        assert _close(r.value, e, math.hypot(r.error, se)), (cc, r.value, e, se)
+        assert _close(r.value_clean, ec, math.hypot(r.error_clean, sec)), (cc, r.value_clean, ec, sec)
+    if not options:
+        g = _channel(p, 1.0).test_error(c**2, c)[0]
+        assert mc[c][0] - g > 10 * mc[c][1]  # the Gaussian channel misses it
 
 
 @pytest.mark.slow
