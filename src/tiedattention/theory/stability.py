@@ -41,9 +41,10 @@ import numpy as np
 
 from ..problem import Problem
 from . import channel as _ch
-from .channel import ChannelParams, SoftmaxChannel
+from .channel import SoftmaxChannel
 from .denoisers import RIDGE_FACTOR, spectral_divided_differences
 from .spectral import FreeConvolution
+from .state_evolution import channel_setup
 
 __all__ = [
     "StabilityResult",
@@ -284,14 +285,8 @@ def interpolating_phase_at(measure, delta: float, eps: float, abar: float, kappa
 # the channel's replicon and the product
 # --------------------------------------------------------------------------------------------------
 def _channel(problem: Problem, measure, channel_options: dict | None) -> SoftmaxChannel:
-    task = problem.task
-    noise_out = task.noise_out if task.task == "seq2lab" else 0.0
-    params = ChannelParams(tokens=task.tokens, beta=problem.student.beta, beta0=task.beta0, noise=task.noise,
-                           noise_out=noise_out, q0=measure.q0)
-    sharp = max(1.0, problem.student.beta, task.beta0)  # the SE's default rule (state_evolution.py)
-    options = {"order": int(math.ceil(12 * sharp)), **(channel_options or {})}
-    if task.tokens >= 5 and "qmc_log2" not in options:
-        options["qmc_log2"] = 11
+    """The SE's channel rule (state_evolution.channel_setup) with error estimates."""
+    params, options = channel_setup(problem, measure.q0, channel_options)
     return SoftmaxChannel(params, **{**options, "estimate_error": True})
 
 

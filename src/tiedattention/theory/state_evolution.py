@@ -179,27 +179,8 @@ class StateEvolution:
         self.floor_factor = floor_factor
         self.max_floor = max_floor
         task = problem.task
-        # seq2seq: (1/d)||(A - A_hat) X||^2 -> ||A - A_hat||^2, output noise only adds T*Delta_out
-        noise_out = task.noise_out if task.task == "seq2lab" else 0.0
         self.error_offset = task.tokens * task.noise_out if task.task == "seq2seq" else 0.0
-        params = ChannelParams(
-            tokens=task.tokens,
-            beta=problem.student.beta,
-            beta0=task.beta0,
-            noise=task.noise,
-            noise_out=noise_out,
-            q0=self.q0,
-        )
-        # Gauss-Hermite order 12 (T = 2): ~3e-4 relative quadrature accuracy at ~25 ms a call (see
-        # docs/theory/channel.md); every point reports its error estimates. Raise it for more digits.
-        # The softmax's poles sit at imaginary distance ~pi/beta, so the rule needs ~beta times more nodes
-        # per dimension at low temperature (beta = beta0 = 2 at order 12 lands ~20 % off, measured).
-        sharp = max(1.0, problem.student.beta, task.beta0)
-        options = {"order": int(math.ceil(12 * sharp)), **(channel_options or {})}
-        # QMC (T >= 3): 4 scrambled replicas of 2^12 Sobol' points, 2^11 from T = 5 on (cost ~ T^3 per node;
-        # relative error of the conjugates ~4e-3 at T = 5, reported in ``errors``; raise qmc_log2 for more)
-        if task.tokens >= 5 and "qmc_log2" not in options:
-            options["qmc_log2"] = 11
+        params, options = channel_setup(problem, self.q0, channel_options)
         # iterations do not need quadrature error estimates; the final evaluation (same rule) does
         self.channel = SoftmaxChannel(params, **{**options, "estimate_error": False})
         self.channel_final = SoftmaxChannel(params, **{**options, "estimate_error": True})
@@ -732,6 +713,27 @@ class StateEvolution:
             if progress is not None:
                 progress()
         return out
+
+
+def channel_setup(problem: Problem, q0: float, channel_options: dict | None = None) -> tuple[ChannelParams, dict]:
+    """The SE's channel for ``problem`` (target energy ``q0``): its parameters and its default quadrature
+    options, overridden by ``channel_options`` (any :class:`SoftmaxChannel` keyword)."""
+    task = problem.task
+    # seq2seq: (1/d)||(A - A_hat) X||^2 -> ||A - A_hat||^2, output noise only adds T*Delta_out (error_offset)
+    noise_out = task.noise_out if task.task == "seq2lab" else 0.0
+    params = ChannelParams(tokens=task.tokens, beta=problem.student.beta, beta0=task.beta0, noise=task.noise,
+                           noise_out=noise_out, q0=q0)
+    # Gauss-Hermite order 12 (T = 2): ~3e-4 relative quadrature accuracy at ~25 ms a call (see
+    # docs/theory/channel.md); every point reports its error estimates. Raise it for more digits.
+    # The softmax's poles sit at imaginary distance ~pi/beta, so the rule needs ~beta times more nodes
+    # per dimension at low temperature (beta = beta0 = 2 at order 12 lands ~20 % off, measured).
+    sharp = max(1.0, problem.student.beta, task.beta0)
+    options = {"order": int(math.ceil(12 * sharp)), **(channel_options or {})}
+    # QMC (T >= 3): 4 scrambled replicas of 2^12 Sobol' points, 2^11 from T = 5 on (cost ~ T^3 per node;
+    # relative error of the conjugates ~4e-3 at T = 5, reported in ``errors``; raise qmc_log2 for more)
+    if task.tokens >= 5 and "qmc_log2" not in options:
+        options["qmc_log2"] = 11
+    return params, options
 
 
 def _relative_floor(ch) -> float:
