@@ -37,7 +37,6 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import ParameterError
-from ..targets import mp_edges
 
 __all__ = [
     "subordination",
@@ -63,15 +62,10 @@ def _g_mu(measure, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _support_hull(measure) -> tuple[float, float]:
-    """[lo, hi] containing supp mu."""
-    lo, hi = np.inf, -np.inf
-    if measure.atoms.size:
-        keep = measure.weights > 0
-        lo, hi = float(np.min(measure.atoms[keep])), float(np.max(measure.atoms[keep]))
-    if measure.mp_kappa0 is not None and measure.mp_mass > 0:
-        a, b = mp_edges(measure.mp_kappa0)
-        lo, hi = min(lo, 0.0 if measure.mp_kappa0 < 1 else a), max(hi, b)
-    return lo, hi
+    """[lo, hi] containing supp mu: its atoms (the MP atom at 0 included) and its continuous intervals."""
+    atoms, weights = measure.point_masses()
+    ends = [float(a) for a in atoms[weights > 0]] + [e for iv in measure.support_intervals() for e in iv]
+    return (min(ends), max(ends)) if ends else (np.inf, -np.inf)
 
 
 def subordination(measure, t: float, z, tol: float = 1e-13, max_iter: int = 200) -> tuple[np.ndarray, np.ndarray]:
