@@ -32,13 +32,14 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy import optimize, special, stats
 
-from ..errors import ParameterError
+from ..errors import ConvergenceWarning, ParameterError
 from ..problem import Problem
 from ..targets import PowerLawTarget
 from .denoisers import MatrixSide, _spectral_side
@@ -244,8 +245,6 @@ class ScalingLimit(StateEvolution):
         if ratio is not None and ratio < 2:
             raise ParameterError("ratio", f"eps/delta must be >= 2 in the scaling limit (got {ratio})")
         self._ratio, self._lam_t = ratio, lam_t
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = self.solve(nu, init=init)
@@ -453,10 +452,6 @@ class FastFiniteD(StateEvolution):
         and losing it sends a search point to the plain solver. The channel's warnings are silenced (trial
         points of the search); an unevaluable map (FloatingPointError) is recovered by the shared loop's halved
         step from the last good point; any other ValueError fails the trial."""
-        import warnings
-
-        from ..errors import ConvergenceWarning
-
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
@@ -517,10 +512,6 @@ class FastFiniteD(StateEvolution):
             tol_it = self.tol if gap < 1e-4 else max(self.tol, min(1e-7, 1e-2 * gap * gap))
         else:
             return None
-        import warnings
-
-        from ..errors import ConvergenceWarning
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             res = StateEvolution.solve(self, alpha, init=x)
@@ -584,10 +575,6 @@ class FastFiniteD(StateEvolution):
             set_var(v)
             res_v = self.solve_fixed(alpha, start)
             if (res_v is None or not res_v.converged) and var == "loglam":
-                import warnings
-
-                from ..errors import ConvergenceWarning
-
                 plain = StateEvolution(self.problem.replace_student(lam=math.exp(v)), d=self._d, **self._options)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ConvergenceWarning)
@@ -718,10 +705,6 @@ def _plain_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=None,
     """The plain route: a fresh :class:`StateEvolution` per lambda. Optimal: bounded Brent over log lambda in
     [log lam_guess - 2.5, log lam_guess + 2.5], lam_guess = sqrt(q_hat) of the previous point (the eps = 2 delta
     rule: lambda = eps m_hat/2 = delta m_hat), warm started."""
-    import warnings
-
-    from ..errors import ConvergenceWarning
-
     e0 = c0 = None
     out, prev = [], None
     lam_guess = None
@@ -806,10 +789,6 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
         for rec in out if on_record is not None else ():
             on_record(rec)
         return out
-    import warnings
-
-    from ..errors import ConvergenceWarning
-
     if on_record is not None:
         user_progress = progress
 
