@@ -52,7 +52,7 @@ import numpy as np
 
 from .errors import ConvergenceWarning, ParameterError
 from .problem import Problem
-from .theory.channel import logit_design, prox_softmax, softmax_loss
+from .theory.channel import _softmax_rows, logit_design, prox_softmax, softmax_loss
 from .theory.denoisers import spectral_divided_differences
 
 __all__ = [
@@ -170,12 +170,6 @@ def spectral_denoiser(Y: np.ndarray, thresh: float, rank: int | None = None) -> 
 # --------------------------------------------------------------------------------------------------
 # Objective on the data (normalised by d^2, as everywhere in the project)
 # --------------------------------------------------------------------------------------------------
-def _softmax_rows(u: np.ndarray) -> np.ndarray:
-    z = u - u.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def _losses(op: MeasurementOperator, S: np.ndarray, y: np.ndarray, beta: float) -> np.ndarray:
     r = y - _softmax_rows(beta * op.logits(S))
     return (r * r).sum(axis=(1, 2))

@@ -56,7 +56,7 @@ from scipy.special import ndtri
 from ..errors import ParameterError
 from ..problem import Problem
 from ..targets import PowerLawTarget
-from .channel import logit_design
+from .channel import _softmax_rows, logit_design
 
 __all__ = [
     "StrongModes",
@@ -179,13 +179,6 @@ def _sobol_normals(dim: int, log2n: int, replicas: int, seed: int) -> tuple[np.n
         x.setflags(write=False)
         out.append(x)
     return tuple(out)
-
-
-def _softmax_rows(u: np.ndarray) -> np.ndarray:
-    u = u - u.max(axis=-1, keepdims=True)
-    np.exp(u, out=u)
-    u /= u.sum(axis=-1, keepdims=True)
-    return u
 
 
 def _admissible(q0r: float, qr: float, mr: float, qz: float) -> tuple[float, float, float, float]:

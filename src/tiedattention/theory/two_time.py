@@ -227,10 +227,9 @@ class TwoTimeChannel:
     """
 
     def __init__(self, params, log2n: int = 10, replicas: int = 4, seed: int = 20250925):
-        from scipy.special import ndtri, softmax
-        from scipy.stats import qmc
+        from scipy.special import softmax
 
-        from .channel import logit_design, reduced_basis
+        from .channel import _qmc_panels, logit_design, reduced_basis
 
         if params.noise_out > 0:
             raise ParameterError("noise-out", "the two-time channel has no output noise")
@@ -242,10 +241,8 @@ class TwoTimeChannel:
         n = self.B.shape[1]
         self.n = n
         self.nodes = []
-        for r in range(int(replicas)):
-            sob = qmc.Sobol(d=3 * n, scramble=True, seed=np.random.default_rng([seed, r]))
-            u = np.clip(sob.random_base2(int(log2n)), 2.0**-60, 1.0 - 2.0**-53)
-            x = ndtri(u)
+        for panel in _qmc_panels(3 * n, int(log2n), int(replicas), seed):  # the channel's cached Sobol' sets
+            x = panel.x
             zeta = math.sqrt(params.q_zeta) * x[:, :n]
             h0 = (zeta @ self.B.T) @ self.P.T
             y = softmax(params.beta0 * h0.reshape(-1, T, T), axis=-1)
