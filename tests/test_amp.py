@@ -83,19 +83,8 @@ def test_measurement_variance_is_q():
 
 
 # ---------------------------------------------------------------------------------------- spectral denoiser
-def _sym_basis(d: int):
-    for i in range(d):
-        for j in range(i, d):
-            E = np.zeros((d, d))
-            if i == j:
-                E[i, i] = 1.0
-            else:
-                E[i, j] = E[j, i] = 1 / math.sqrt(2)
-            yield E
-
-
 @pytest.mark.parametrize("rank", [None, 4])
-def test_spectral_divergence_matches_finite_differences(rank):
+def test_spectral_divergence_matches_finite_differences(rank, sym_basis):
     rng = np.random.default_rng(2)
     d = 7
     G = rng.standard_normal((d, d))
@@ -105,7 +94,7 @@ def test_spectral_divergence_matches_finite_differences(rank):
     assert 0 < np.count_nonzero(den.f) < d  # some eigenvalues thresholded
     eps = 1e-6
     fd = 0.0
-    for E in _sym_basis(d):
+    for E in sym_basis(d):
         plus = spectral_denoiser(Y + eps * E, thresh, rank).F
         minus = spectral_denoiser(Y - eps * E, thresh, rank).F
         fd += float(((plus - minus) * E).sum()) / (2 * eps)
