@@ -8,6 +8,7 @@ docs/theory/decomposition.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import numpy as np
@@ -31,10 +32,13 @@ def register(app: typer.Typer) -> None:
 
 def simulate_parts(problem: Problem, se, alpha: float, d: int, seeds: int, c_inf: float, n_outliers: int,
                    saturation, seed0: int = 0, n_test: int = 2000, solver: str = "prox",
+                   on_seed: Callable[[int, np.ndarray, np.ndarray, dict[str, Any]], None] | None = None,
                    **trainer_options: Any) -> dict[str, Any]:
     """Finite-d estimators of the parts from ``seeds`` ERM runs (seeds seed0.., the streams of ``simulate``):
     ``sim_<key>_mean`` and ``sim_<key>_sem`` for every key of :data:`ESTIMATED`, the measured test errors
-    (``sim_test_error_mean/_sem``, ``sim_test_error_clean_mean/_sem``), ``sim_converged`` (fraction of seeds)."""
+    (``sim_test_error_mean/_sem``, ``sim_test_error_clean_mean/_sem``), ``sim_converged`` (fraction of seeds).
+    ``on_seed(seed, S_hat, S0, row)``, if given, sees each seed's learned and target matrices and its estimator
+    record (with ``test_error``, ``test_error_clean``, ``converged``, ``train_seconds``) -- for per-seed caches."""
     import torch
 
     from ..simulation import n_of, rng_for, sample_dataset, test_errors, train
@@ -54,6 +58,10 @@ def simulate_parts(problem: Problem, se, alpha: float, d: int, seeds: int, c_inf
             conv.append(bool(tr.converged))
             rows.append(estimate_record(se, tr.S_hat, S0, c_inf, n_outliers, saturation))
             measured.append(test_errors(problem, tr.S_hat, S0, s, n_test))
+            if on_seed is not None:
+                on_seed(s, np.asarray(tr.S_hat), S0, {**rows[-1], **{k: float(measured[-1][k]) for k in (
+                    "test_error", "test_error_clean")}, "converged": bool(tr.converged),
+                    "steps": int(tr.steps), "train_seconds": float(tr.seconds)})
     finally:
         torch.set_num_threads(old)
     out: dict[str, Any] = {"sim_d": d, "sim_n": n, "sim_seeds": seeds, "sim_solver": solver,

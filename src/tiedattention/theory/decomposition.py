@@ -69,6 +69,8 @@ __all__ = [
     "saturation_point",
     "decomposition_curve",
     "estimate_record",
+    "model_matrix",
+    "model_record",
     "goe",
 ]
 
@@ -165,7 +167,7 @@ def _moving_average(x: np.ndarray, w: int) -> np.ndarray:
 
 
 def decompose_matrices(S_hat: np.ndarray, S0: np.ndarray, c: float, n_outliers: int = 0, rank: int | None = None,
-                       null_tol: float = 1e-6, smooth: int = 0) -> dict[str, Any]:
+                       null_tol: float = 1e-6, smooth: int = 0, debias: bool = False) -> dict[str, Any]:
     """Finite-d estimator of the parts from a learned S_hat and the target S0 (both symmetric d x d).
 
     c : reference scale (c_inf from the theory); n_outliers : the recovered outliers, taken as the n_outliers
@@ -177,6 +179,11 @@ def decompose_matrices(S_hat: np.ndarray, S0: np.ndarray, c: float, n_outliers: 
     bulk directions (ordered by l), E_under staying the exact remainder (then E_under >= 0 is no longer
     guaranteed direction by direction). smooth = 0 (default): the exact per-direction split (every part >= 0 for
     any S_hat). Measured bias at d = 200 in docs/theory/decomposition.md section 5.
+    debias : remove the first-order bias instead: on a bulk direction with l_j > c xi_j, E[(l_j - c xi_j)^2] =
+    (l_j - c xi(y))^2 + c^2 Var xi_j, so the over part uses xi_j^2 - V_j for xi(y)^2, with the centred
+    Porter-Thomas estimate V_j = (2/3) sum_i (theta_i - xi_j)^2 w_ij^4 (w_ij = <v_i, u_j>, v_i, theta_i the
+    eigenpairs of S0; centred because sum_i w_ij^2 = 1). The total stays exact (E_under takes the rest); the
+    over part can then be < 0 on a sample. Not combined with smooth.
     Returns the dict of :func:`spectral_parts` (dist, dist_*, mse, mse_*, pairs, q, m, q0, ...).
     """
     S_hat = np.asarray(S_hat, float)
@@ -198,21 +205,30 @@ def decompose_matrices(S_hat: np.ndarray, S0: np.ndarray, c: float, n_outliers: 
     xi = np.einsum("ij,ij->j", U, SU)
     a = np.einsum("ij,ij->j", SU, SU)
     q0 = float(np.sum(S0 * S0)) / d
-    theta2 = np.sort(np.linalg.eigvalsh(0.5 * (S0 + S0.T)) ** 2)
+    w = int(smooth)
+    if debias:
+        if w > 1:
+            raise ValueError("debias and smooth are alternatives: pass one of them")
+        theta, V0 = np.linalg.eigh(0.5 * (S0 + S0.T))
+        W4 = (V0.T @ U) ** 4
+        var = (2.0 / 3.0) * ((theta**2) @ W4 - 2 * xi * (theta @ W4) + xi**2 * W4.sum(axis=0))
+    else:
+        theta = np.linalg.eigvalsh(0.5 * (S0 + S0.T))
+        var = np.zeros(d)
+    theta2 = np.sort(theta**2)
     p = d if rank is None else int(rank)
     tail = float(np.sum(theta2[: max(d - p, 0)])) / d
-
-    w = int(smooth)
 
     def sums(sel, w=1):
         idx = np.flatnonzero(sel)
         idx = idx[np.argsort(lam[idx])]
-        li, xs, aa = lam[idx], xi[idx], a[idx]
+        li, xs, aa, vv = lam[idx], xi[idx], a[idx], var[idx]
         xm = _moving_average(xs, w)
         ov = li > c * xm
+        x2 = xm * xm - vv  # estimate of xi(y)^2 (vv = 0 unless debias)
         return {"q": float(np.sum(li * li)) / d, "m": float(np.sum(li * xs)) / d, "a": float(np.sum(aa)) / d,
-                "oq": float(np.sum((li * li - c * c * xm * xm)[ov])) / d,
-                "om": float(np.sum((li * xm - c * xm * xm)[ov])) / d}
+                "oq": float(np.sum((li * li - c * c * x2)[ov])) / d,
+                "om": float(np.sum((li * xm - c * x2)[ov])) / d}
 
     groups = {"O": sums(is_out), "B": sums(live & ~is_out, w)}
     a_null = q0 - groups["O"]["a"] - groups["B"]["a"]
@@ -452,7 +468,8 @@ def _ray_min(fun: Callable[[float, float], float], q0: float, r: float) -> float
 
 
 def estimate_record(se: StateEvolution, S_hat: np.ndarray, S0: np.ndarray, c_inf: float, n_outliers: int,
-                    saturation: tuple[float, float, float] | None = None, smooth: int = 0) -> dict[str, Any]:
+                    saturation: tuple[float, float, float] | None = None, smooth: int = 0,
+                    debias: bool = False) -> dict[str, Any]:
     """Finite-d estimator as a record with the keys of :func:`decompose_point` (E_*, mse_*, dist_*): the matrix
     parts of :func:`decompose_matrices` pushed through the e(q, m) of the SE's channel. When the sample's
     Q0_d = (1/d)||S0||^2 differs from the theory's Q0 (MP targets), the channel, e_0 and the ray are those of
@@ -463,7 +480,7 @@ def estimate_record(se: StateEvolution, S_hat: np.ndarray, S0: np.ndarray, c_inf
     top = float(np.max(np.abs(lam))) if lam.size else 0.0
     live = int(np.sum(np.abs(lam) > 1e-6 * top)) if top > 0 else 0
     k = min(int(n_outliers), live)  # a trained S_hat with fewer non-zero eigenvalues than k*: all are outliers
-    parts = decompose_matrices(S_hat, S0, c_inf, n_outliers=k, rank=rank, smooth=smooth)
+    parts = decompose_matrices(S_hat, S0, c_inf, n_outliers=k, rank=rank, smooth=smooth, debias=debias)
     q0 = parts["q0"]
     if abs(q0 - se.q0) <= 1e-12 * se.q0:
         e0, _, e0c = saturation if saturation is not None else saturation_point(se)
@@ -489,6 +506,50 @@ def estimate_record(se: StateEvolution, S_hat: np.ndarray, S0: np.ndarray, c_inf
     rec = _record(parts, e_fun, ec_fun, e0, e0c, qz, q0)
     rec["n_outliers_used"] = k
     return rec
+
+
+def model_matrix(problem: Problem, res: SEResult, S0: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One draw of the SE's finite-d model of the learned matrix at a solved point: S_hat = s f(S0 + delta Z),
+    Z GOE from ``rng``, f the soft threshold at eps keeping at most the student's width p (the prox of the
+    rank-p nuclear norm), or f(y) = y for the direct model; 0 in the zero phase."""
+    S0 = np.asarray(S0, float)
+    d = S0.shape[0]
+    if res.phase == "zero":
+        return np.zeros((d, d))
+    scale, eps, delta, linear = _denoiser(problem, res)
+    y, U = np.linalg.eigh(S0 + delta * goe(d, rng))
+    if linear:
+        lam = scale * y
+    else:
+        keep = y > eps
+        if problem.student.model == "factorized":
+            keep[: max(d - problem.student.width(d), 0)] = False  # eigh sorts ascending: the top p survive
+        lam = np.where(keep, scale * (y - eps), 0.0)
+    return (U * lam) @ U.T
+
+
+def model_record(se: StateEvolution, res: SEResult, S0: np.ndarray, c_inf: float, n_outliers: int,
+                 saturation: tuple[float, float, float] | None = None, samples: int = 8, seed: int = 0,
+                 smooth: int = 0, debias: bool = False) -> dict[str, float]:
+    """The finite-d estimator applied to the SE's own model of S_hat at the same d and the same S0: the mean
+    over ``samples`` draws of :func:`model_matrix` (GOE streams ``default_rng([seed, i])``: deterministic) of
+    :func:`estimate_record`, with ``<key>_sem`` its Monte Carlo standard error, for every numeric key.
+
+    This is the theory side of a same-d comparison: the estimator's O(1/d) bias (the per-direction signal xi_j
+    fluctuates around xi(y), and the over/under split is nonlinear in it) is the same on both sides, so
+    ``estimate_record(trained S_hat) - model_record`` tests only whether the trained S_hat is distributed as the
+    SE's s f(S0 + delta Z) (docs/theory/decomposition.md section 5)."""
+    rows = []
+    for i in range(int(samples)):
+        S_hat = model_matrix(se.problem, res, S0, np.random.default_rng([int(seed), i]))
+        rows.append(estimate_record(se, S_hat, S0, c_inf, n_outliers, saturation, smooth=smooth, debias=debias))
+    out: dict[str, float] = {"samples": int(samples)}
+    for k, v in rows[0].items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            x = np.array([r[k] for r in rows], float)
+            out[k] = float(x.mean())
+            out[f"{k}_sem"] = float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
+    return out
 
 
 def goe(d: int, rng: np.random.Generator) -> np.ndarray:
