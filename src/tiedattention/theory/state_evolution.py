@@ -55,6 +55,7 @@ ROUGH_FLOOR_STOP = 0.1
 ROUGH_STALL = 15
 ROUGH_MAX_ITER = 80  # per stage; then the floor_factor acceptance decides (each cold call ~0.1-0.4 s)
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
+FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
 
 @dataclass
 class SEResult:
@@ -166,6 +167,7 @@ class StateEvolution:
         root_fallback: bool = True,
         branch_switch: float | None = 1e-3,
         rough_options: dict | None = None,
+        fixed_point_errors: bool | None = None,
     ):
         self.problem = problem
         self.measure = problem.task.target.measure(d)
@@ -218,15 +220,23 @@ class StateEvolution:
         # Gauss-Hermite: a first stage at half the order (through the slow start of a cold solve)
         self.channel_pre = None
         self.pre_tol = float(pre_tol)
-        if not self._qmc and coarse_options is not False and pre_tol > 0:
-            pre = {"order": max(4, int(round(PRE_GH_FRACTION * self.channel.order)))}
-            self.channel_pre = SoftmaxChannel(params, **{**options, **pre, "estimate_error": False})
+        # Gauss-Hermite converges root-exponentially in the distance ~pi/beta of the softmax's poles, so the
+        # nodes per dimension needed for a given accuracy grow like sharp^2 while the accurate order grows like
+        # sharp: the pre stage keeps half the order at sharp = 1 and is dropped once it would reach the
+        # accurate order (beta = beta0 = 2: the order-12 pre stage led cold solves into spurious fixed points
+        # of the order-24 map, docs/theory/state_evolution.md, "beta = beta0 = 2")
+        self.sharp = max(1.0, problem.student.beta, problem.task.beta0)
+        pre_order = max(4, int(round(PRE_GH_FRACTION * self.channel.order * self.sharp))) if not self._qmc else 0
+        if not self._qmc and coarse_options is not False and pre_tol > 0 and pre_order < self.channel.order:
+            self.channel_pre = SoftmaxChannel(params, **{**options, "order": pre_order, "estimate_error": False})
         self.coarse_spectral_nodes = coarse_spectral_nodes
         self._spectral_nodes: int | None = None  # fixed spectral rule of the current stage (None: adaptive)
         self._spectral_warm: dict | None = None  # warm start of the spectral cut point within a solve
         self._stage: tuple[SoftmaxChannel, dict | None] = (self.channel, None)
         self._warm_fine: dict | None = None
         self._inter_abar: float | None = None
+        # None: propagate the quadrature errors to the fixed point for sharp channels; True / False: always / never
+        self.fixed_point_errors = fixed_point_errors
 
     # -------------------------------------------------------------------------------------------
     def _map(self, alpha: float, x: np.ndarray, final: bool = False):
@@ -326,6 +336,8 @@ class StateEvolution:
         res.quadrature = self._quadrature
         share = res.errors.get("branch_share", 0.0)
         if self.branch_switch is None or res.phase == "zero" or not share > self.branch_switch:
+            if self._propagate_errors():
+                self._add_fixed_point_errors(alpha, res)
             return res
         # T = 2 past the interpolation peak at small lambda: the Gauss-Hermite point is decided by a few heavy
         # nodes on either side of the basin-switching surface; re-solve it with the QMC rule from there
@@ -336,7 +348,73 @@ class StateEvolution:
         note = (f"{rough._quadrature} rule: Gauss-Hermite branch share {share:.1e} > {self.branch_switch:g} "
                 f"(gh{self.channel.order}: test error {res.test_error:.5f}, residual {res.residual:.1e})")
         out.message = f"{out.message}; {note}" if out.message else note
+        if self._propagate_errors():
+            rough._add_fixed_point_errors(alpha, out)
         return out
+
+    def _propagate_errors(self) -> bool:
+        # default: on for sharp channels (max(beta, beta0) > 1), where the fixed point is ill-conditioned and the
+        # rules are rough; off at beta = beta0 = 1 (6 more map evaluations per point; same values either way)
+        return bool(self.fixed_point_errors) or (self.fixed_point_errors is None and self.sharp > 1)
+
+    def _add_fixed_point_errors(self, alpha: float, res: SEResult) -> None:
+        """Add to ``res.errors`` the quadrature error of the fixed point itself, linearised.
+
+        The reported quadrature errors (``test_error``, ``channel_*``) are those of the map *at* the point; a
+        map error dG moves the fixed point by (I - J)^-1 dG, J the map's Jacobian in the solver's coordinates
+        y, which is large where J has an eigenvalue near 1 (beta = beta0 = 2: 0.86 at alpha = 1.19, i.e. ~10x).
+        J by central differences of the cold map with step ``FP_STEP`` in y (a solver device, as hybr's: wide
+        enough to average over the jumps of a rough map, ~1e-4 relative), dG from the conjugates' relative
+        error estimates through the matrix side (forward differences, step 1e-5 in log), combined by the
+        triangle inequality; observables by forward differences in y. Keys: ``fixed_point_<obs>`` (obs =
+        q, m, sigma, mse, test_error, test_error_clean; for the test errors plus their own quadrature error),
+        ``map_spectral_radius`` (max |eig J|) and ``fixed_point_amplification`` (||(I - J)^-1||_inf).
+        Nothing is added where a step cannot be evaluated (e.g. the map leaves the regular phase).
+        """
+        if res.phase != "regular" or not res.converged or not np.all(np.isfinite(res.x)):
+            return
+        self._stage, self._spectral_nodes = (self.channel, None), None
+        y = self._to_y(res.x)
+        try:
+            jac = np.empty((3, 3))
+            for i in range(3):
+                e = np.zeros(3)
+                e[i] = FP_STEP
+                jac[:, i] = (self._g(alpha, y + e)[0] - self._g(alpha, y - e)[0]) / (2 * FP_STEP)
+            conj = np.array([res.q_hat, res.m_hat, res.sigma_hat])
+            rel = np.array([res.errors.get(f"channel_{k}", math.nan) for k in ("q_hat", "m_hat", "sigma_hat")])
+            rel = rel / np.maximum(np.abs(conj), 1e-300)
+            if not np.all(conj > 0) or not np.all(np.isfinite(rel)):
+                return
+
+            def side(c: np.ndarray) -> np.ndarray:
+                ms = matrix_update(self.problem, self.measure, *c)
+                return self._to_y(np.array([ms.q, ms.m, ms.sigma]))
+
+            base, h = side(conj), 1e-5
+            jm = np.column_stack([(side(conj * np.exp(h * np.eye(3)[k])) - base) / h for k in range(3)])
+        except (FloatingPointError, ParameterError, ValueError):
+            return
+        amp = np.linalg.inv(np.eye(3) - jac)
+        dy = np.abs(amp @ jm) @ rel  # per coordinate of y
+        q, m, sigma = res.x
+        qz = self.q0 + self.problem.task.noise / 2
+        dm_dy = np.array([m / 2, (1 - (m / math.sqrt(q * qz)) ** 2) * math.sqrt(q * qz), 0.0])
+        err = {"fixed_point_q": q * dy[0], "fixed_point_sigma": sigma * dy[2],
+               "fixed_point_m": float(np.abs(dm_dy) @ dy),
+               "fixed_point_mse": float(np.abs(np.array([q, 0.0, 0.0]) - 2 * dm_dy) @ dy)}
+        for key, clean in (("test_error", False), ("test_error_clean", True)):
+            t0 = self.channel_final.test_error(q, m, clean=clean)[0]
+            grad = []
+            for i in range(2):
+                e = np.zeros(3)
+                e[i] = 1e-4
+                xq = self._to_x(y + e)
+                grad.append((self.channel_final.test_error(xq[0], xq[1], clean=clean)[0] - t0) / 1e-4)
+            err[f"fixed_point_{key}"] = float(np.abs(grad) @ dy[:2]) + res.errors.get(key, 0.0)
+        err["map_spectral_radius"] = float(np.max(np.abs(np.linalg.eigvals(jac))))
+        err["fixed_point_amplification"] = float(np.max(np.abs(amp).sum(axis=1)))
+        res.errors.update(err)
 
     def _rough_solver(self) -> StateEvolution:
         """The QMC solver of the points the Gauss-Hermite rule cannot resolve (same problem and tolerances)."""
