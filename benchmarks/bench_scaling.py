@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 import warnings
 
@@ -128,12 +129,15 @@ def table(args) -> None:
             except ValueError:
                 ff = math.nan
             kf = [r["k_star"] for r in fix] or [0]
+            qmc = sum(1 for r in recs if str(r.get("quadrature", "")).startswith("qmc"))
+            load = os.getloadavg()
             row = (f"gamma={gamma:g} d={d} rule={rule.spec}: fitted {fe:.4f} [{ci[0]:.4f}, {ci[1]:.4f}] last-8 "
                    f"{last:.4f} predicted {f_pred:.4f}; fixed window nu in [{wlo:g}, {whi:g}]: {ff:.4f} (k* "
                    f"{min(kf)}-{max(kf)}); {len(use)} points in window, k* {min(ks)}-{max(ks)}, "
                    f"nu {use[0]['nu'] if use else math.nan:.3g}-{use[-1]['nu'] if use else math.nan:.3g}, "
                    f"{sum(r['converged'] for r in recs)}/{len(recs)} converged, "
-                   f"{sum(r['route'] == 'fast' for r in recs)} fast, {secs:.0f} s")
+                   f"{sum(r['route'] == 'fast' for r in recs)} fast, {qmc} QMC re-solved, {secs:.0f} s "
+                   f"(load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end)")
             rows.append(row)
             print(row, flush=True)
     if out:

@@ -18,6 +18,7 @@ from tiedattention.theory.scaling import (
     limit_curve,
     parse_lam_rule,
     predicted_exponent,
+    recovery_kink,
     saturation_error,
 )
 
@@ -145,6 +146,33 @@ def test_limit_curve_over_regularised_exponent():
     assert all(r["converged"] and r["ratio"] > 2 for r in recs)
     fit = fit_exponent([r["nu"] for r in recs], [r["excess"] for r in recs])
     assert abs(fit["fitted_exponent"] - 0.3) < 0.03
+
+
+def test_recovery_kink_over_the_bulk_edge_and_none_at_it():
+    """Emergence (docs/theory/scaling.md section 3): with lambda sqrt(d) = nu^(1/2) (eps_t/tau = 2.9 > 2 at the
+    third mode's recovery) the local exponent jumps up where mode 3 passes the threshold: the one-sided slopes
+    over h = 1e-3 and 1e-4 agree (a discontinuous derivative, not a steep smooth stretch), the jump is positive
+    (measured 0.0769) and k* steps 2 -> 3 there."""
+    rule = LamRule("power", 1.0, 0.5)
+    a = recovery_kink(_problem(), rule, 3, 15.0, 30.0, h=1e-3)
+    b = recovery_kink(_problem(), rule, 3, 15.0, 30.0, h=1e-4)
+    assert a["nu"] == pytest.approx(b["nu"], rel=1e-12) and 15 < a["nu"] < 30
+    assert (a["k_left"], a["k_right"]) == (2, 3) and a["ratio"] > 2.5
+    assert a["jump"] > 0.05 and a["jump"] == pytest.approx(b["jump"], abs=1e-3)
+    assert b["slope_left"] < b["slope_right"]
+    with pytest.raises(ValueError):  # no recovery of mode 3 in the bracket
+        recovery_kink(_problem(), rule, 3, 30.0, 60.0)
+
+
+@pytest.mark.slow
+def test_recovery_at_the_bulk_edge_is_smooth():
+    """At eps_t = 2 tau (the optimal rule's boundary optimum) a mode enters at its detachment with
+    f = tau (x - 1)^2/x: no kink. The one-sided slopes' difference vanishes like h (measured 4.0e-5 at
+    h = 1e-3, 3.7e-6 at 1e-4, mode 3 at nu = 4.43), against 0.077 at eps_t/tau = 2.9 above. ~25 s."""
+    a = recovery_kink(_problem(), None, 3, 2.0, 30.0, h=1e-3, ratio=2.0)
+    b = recovery_kink(_problem(), None, 3, 2.0, 30.0, h=1e-4, ratio=2.0)
+    assert (a["k_left"], a["k_right"]) == (2, 3) and a["ratio"] == 2.0
+    assert abs(a["jump"]) < 2e-4 and abs(b["jump"]) < 0.2 * abs(a["jump"]) + 1e-6
 
 
 def test_limit_rejects_fixed_rule_and_non_powerlaw():

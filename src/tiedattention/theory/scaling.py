@@ -56,6 +56,7 @@ __all__ = [
     "finite_d_points",
     "FastFiniteD",
     "limit_curve",
+    "recovery_kink",
     "fit_exponent",
     "predicted_exponent",
     "k_star_finite",
@@ -664,6 +665,7 @@ def _rec(n, d, nu, lam, res: SEResult, e0, k, extra=None) -> dict[str, Any]:
         "k_star": k, "delta": res.delta, "eps": res.eps, "q": res.q, "m": res.m, "sigma": res.sigma,
         "converged": res.converged, "phase": res.phase, "iterations": res.iterations,
         "err_test_error": res.errors.get("test_error", math.nan), "seconds": res.seconds,
+        "quadrature": res.quadrature,  # "gh12", or "qmc4x2^14" where the T = 2 QMC re-solve replaced the point
     }
     out.update(extra or {})
     return out
@@ -698,6 +700,63 @@ def limit_curve(problem: Problem, n_over_d, rule: LamRule, progress=None, **opti
                    {"lam_t": pt.lam_t, "ratio": pt.ratio, "under_energy": pt.under, "c0": c0})
         _append_point(out, rec, res, t0, progress)
     return out
+
+
+def recovery_kink(problem: Problem, rule: LamRule | None, mode: int, nu_lo: float, nu_hi: float, h: float = 1e-4,
+                  ratio: float | None = None, **options) -> dict[str, Any]:
+    """Scaling limit: where target mode ``mode`` (1 = strongest) is recovered along n/d, and the local exponent
+    -d ln(e_test - e_0)/d ln nu on either side of that point (docs/theory/scaling.md section 3, "emergence").
+
+    The recovery point nu_i is the root in [nu_lo, nu_hi] (Brent in ln nu, to 1e-13) of the mode's margin:
+    t_i - tau while it is undetected (t_i <= tau), y_i - eps_t = t_i + tau^2/t_i - eps_t once detected (it is
+    recovered when its outlier passes the threshold). At the optimal rule (eps_t = 2 tau) the second branch is
+    (t_i - tau)^2/t_i >= 0, so the root is the detachment t_i = tau itself. The local exponents are one-sided
+    differences of ln(excess) over ``h`` in ln nu from nu_i, each side on its own smooth branch of the curve (the
+    set of recovered modes is fixed there): they converge to the one-sided derivatives as O(h), and their
+    difference is the jump of the local exponent (a kink of the excess) where the derivative is discontinuous.
+    Returns nu_i, slope_left, slope_right, jump = right - left, k_left/k_right (recovered modes at nu_i e^-h,
+    nu_i e^h), ratio = eps_t/tau at nu_i. ``ratio`` (instead of a rule): eps_t = ratio tau at every nu (ratio = 2:
+    the optimal rule's boundary optimum, without its search)."""
+    if ratio is None and (rule is None or rule.kind == "fixed"):
+        raise ParameterError("lam-rule", "a fixed lambda is not a scaling-limit rule (use optimal or power:P)")
+    sl = ScalingLimit(problem, **options)
+    e0, _ = saturation_error(sl)
+    t_i = float(sl.modes.theta(mode)[-1])
+    cache: dict[float, LimitPoint] = {}
+    prev: list[Any] = [None]
+
+    def point(u: float) -> LimitPoint:
+        if u not in cache:
+            nu = math.exp(u)
+            if ratio is not None:
+                pt = sl.solve_point(nu, ratio=ratio, init=prev[0])
+            elif rule.kind == "optimal":
+                pt = sl.solve_optimal(nu, init=prev[0])
+            else:
+                pt = sl.solve_point(nu, lam_t=rule.value * nu**rule.p, init=prev[0])
+            if not (pt.result.converged and pt.result.phase == "regular"):
+                raise RuntimeError(f"scaling-limit SE not converged at nu = {nu:.6g}: {pt.result.message}")
+            prev[0] = pt.result
+            cache[u] = pt
+        return cache[u]
+
+    def margin(u: float) -> float:
+        res = point(u).result
+        tau, eps = res.delta, res.eps
+        return t_i - tau if t_i <= tau else t_i + tau * tau / t_i - eps
+
+    u_lo, u_hi = math.log(nu_lo), math.log(nu_hi)
+    if not (margin(u_lo) < 0 < margin(u_hi)):
+        raise ValueError(f"mode {mode} is not recovered between nu = {nu_lo:g} and {nu_hi:g}")
+    u_i = optimize.brentq(margin, u_lo, u_hi, xtol=1e-13, rtol=4 * np.finfo(float).eps)
+
+    def log_excess(u: float) -> float:
+        return math.log(point(u).result.test_error - e0)
+
+    left = -(log_excess(u_i) - log_excess(u_i - h)) / h
+    right = -(log_excess(u_i + h) - log_excess(u_i)) / h
+    return {"nu": math.exp(u_i), "slope_left": left, "slope_right": right, "jump": right - left,
+            "k_left": point(u_i - h).k_star, "k_right": point(u_i + h).k_star, "ratio": point(u_i).ratio}
 
 
 def _plain_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=None, xatol: float = 0.03,
