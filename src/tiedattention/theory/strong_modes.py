@@ -445,3 +445,272 @@ def corrected_record(problem: Problem, modes: StrongModes, saturation: StrongMod
     rec.update({"e_0_exact": saturation.value, "e_0_exact_err": saturation.error, "excess_exact": exc,
                 "excess_exact_err": exc_err})
     return rec
+
+
+# --------------------------------------------------------------------------------------------------
+# the learned outliers: the ERM's stationarity along an outlier under the joint law
+# --------------------------------------------------------------------------------------------------
+def _mode_vectors(g: np.ndarray, tokens: int) -> np.ndarray:
+    """The channel coordinates of g g^T - I (g: (..., T)): g_a g_b above the diagonal, (g_a^2 - 1)/sqrt2 on it
+    (D of this vector is g g^T - I; mean 0 and identity covariance, like a standard normal K-vector)."""
+    iu, ju = np.triu_indices(tokens)
+    out = g[..., iu] * g[..., ju]
+    diag = iu == ju
+    out[..., diag] = (out[..., diag] - 1.0) / math.sqrt(2.0)
+    return out
+
+
+def _stationarity_dim(k: int, tokens: int, noise_out: bool) -> int:
+    K = tokens * (tokens + 1) // 2
+    return 2 * k * K + 2 * K + (tokens * (tokens - 1) if noise_out else 0)
+
+
+class _StationarityPanel:
+    """The l-independent part of alpha E[g . W_i] on one QMC set: labels, the student's logits without mode i's
+    outlier, and W_i = coordinates of (gh_i gh_i^T - I) (joint law) or its Gaussian stand-in (Gaussian law).
+
+    Layout of the standard normals x (N, dim): per explicit mode j a block of 2K (the first T of each K used by
+    the joint law: g_j and w_j; all K by the Gaussian law: zeta_j and omega_j), then the remainder pair (K + K),
+    then the row-centred output noise (T(T-1), only when Delta_out > 0). Gaussian law: mode j's teacher logits
+    are t_j zeta_j and its outlier's l_j (o_j zeta_j + sqrt(1 - o_j^2) omega_j), the same covariances as the
+    joint law's t_j W(g_j) and l_j W(gh_j) (E[W(g) W(gh)^T] = o I)."""
+
+    def __init__(self, problem: Problem, modes: StrongModes, i: int, x: np.ndarray, law: str):
+        from .channel import _row_noise_basis
+
+        task = problem.task
+        T, k = task.tokens, modes.k
+        K = T * (T + 1) // 2
+        N = x.shape[0]
+        t, o, ell, b = modes.t, modes.overlap, modes.ell, modes.ell_bulk
+        q0r, qr, mr = modes.remainder()
+        q0r, qr, mr, self.clipped = _admissible(q0r, qr, mr, task.noise / 2.0)
+        W, Wh = [], []
+        for j in range(k):
+            blk = x[:, 2 * j * K : 2 * (j + 1) * K]
+            if law == "joint":
+                g, w = blk[:, :T], blk[:, K : K + T]
+                W.append(_mode_vectors(g, T))
+                Wh.append(_mode_vectors(math.sqrt(o[j]) * g + math.sqrt(1.0 - o[j]) * w, T))
+            else:
+                W.append(blk[:, :K])
+                Wh.append(o[j] * blk[:, :K] + math.sqrt(max(1.0 - o[j] ** 2, 0.0)) * blk[:, K:])
+        zt = x[:, 2 * k * K : 2 * k * K + K]
+        zs = x[:, 2 * k * K + K : 2 * k * K + 2 * K]
+        qz = q0r + task.noise / 2.0
+        a = math.sqrt(qz) * zt
+        if qz > 0:
+            z = (mr / qz) * a + math.sqrt(max(qr - mr * mr / qz, 0.0)) * zs
+        else:
+            z = math.sqrt(max(qr, 0.0)) * zs
+        z_r = z
+        z0 = a
+        for j in range(k):
+            z0 = z0 + t[j] * W[j]
+            z = z + b[j] * W[j] + (ell[j] * Wh[j] if j != i else 0.0)
+        P = logit_design(T)
+        y = _softmax_rows(task.beta0 * (z0 @ P.T).reshape(N, T, T))
+        y_r = _softmax_rows(task.beta0 * (a @ P.T).reshape(N, T, T))
+        if task.noise_out > 0:
+            xi = x[:, 2 * k * K + 2 * K :].reshape(N, T, T - 1)
+            out_noise = math.sqrt(task.noise_out) * np.einsum("nri,ci->nrc", xi, _row_noise_basis(T))
+            y, y_r = y + out_noise, y_r + out_noise
+        self.y, self.z_rest, self.w = y, z, Wh[i]
+        self.tokens, self.beta = T, problem.student.beta
+        # control variate: g of the remainder alone (no explicit mode in teacher or student) is independent of
+        # W_i, which has mean 0, so E[g_r . W_i] = 0 under both laws; subtracting it removes the part of g's
+        # fluctuation that W_i does not drive
+        self.g_rest = None
+        self._z_r, self._y_r = z_r, y_r
+
+    def mean(self, ell: float, sigma: float) -> float:
+        """E[g . W_i] on this set with mode i's outlier at ell (g = (h* - z)/Sigma at the softmax prox)."""
+        from .channel import prox_softmax
+
+        if self.g_rest is None or self.g_rest[0] != sigma:
+            g_r = prox_softmax(self._z_r, self._y_r, sigma, self.beta, self.tokens).g
+            self.g_rest = (sigma, g_r)
+        r = prox_softmax(self.z_rest + ell * self.w, self.y, sigma, self.beta, self.tokens)
+        return float(np.mean(np.einsum("nk,nk->n", r.g - self.g_rest[1], self.w)))
+
+
+def _solved_modes(modes: StrongModes, i: int) -> StrongModes:
+    """``modes`` with b_i = 0 for the mode whose outlier is solved: the student's bulk B (everything but that
+    outlier) is orthogonal to its eigenvector, u_hat^T B u_hat = 0, so B's logits carry no W_i component; the
+    explicit b_i (g g^T - I) alone would have one (o_i b_i), its cross terms with the off-mode part being
+    neglected. b_i moves into the Gaussian remainder (the totals q, m are kept)."""
+    eb = modes.ell_bulk.copy()
+    eb[i] = 0.0
+    return StrongModes(t=modes.t, ell=modes.ell, overlap=modes.overlap, q0=modes.q0, q=modes.q, m=modes.m,
+                       ell_bulk=eb)
+
+
+def outlier_stationarity(problem: Problem, modes: StrongModes, i: int, alpha: float, sigma: float,
+                         ells, law: str = "joint", log2n: int = 14, replicas: int = 8,
+                         seed: int = DEFAULT_SEED) -> tuple[np.ndarray, np.ndarray]:
+    r"""Psi_i(l) = alpha E[g . W_i] for each l in ``ells``: the data term's derivative along mode i's outlier
+    (docs/theory/decomposition.md section 7.1), with the rest of the student (the remainder (q_r, m_r) of
+    ``modes`` and the other explicit modes) held fixed and mode i's outlier eigenvalue l sqrt(d) varied.
+
+    Per sequence: cavity logits z (the student's, with l (gh_i gh_i^T - I)), label y from the teacher's, the
+    softmax prox h* = prox_Sigma(z; y) of :func:`.channel.prox_softmax` and g = (h* - z)/Sigma = -grad l(h*).
+    ``law``: "joint" (products of Gaussians, as :func:`joint_test_error`) or "gaussian" (each explicit mode's
+    logits replaced by Gaussian vectors with the same covariances: the SE's channel). b_i is set to 0
+    (:func:`_solved_modes`). Returns (values (len(ells),), per-replica values (replicas, len(ells))): the same
+    QMC points for every l and both laws (the remainder's normals are shared, so the laws are paired)."""
+    if law not in ("joint", "gaussian"):
+        raise ParameterError("law", f"must be joint or gaussian (got {law!r})")
+    if int(log2n) < 4 or int(replicas) < 2:
+        raise ParameterError("replicas", "need log2n >= 4 and replicas >= 2 for an error estimate")
+    if not 0 <= int(i) < modes.k:
+        raise ParameterError("k", f"mode index {i} outside the {modes.k} explicit modes")
+    m = _solved_modes(modes, int(i))
+    T = problem.task.tokens
+    dim = _stationarity_dim(m.k, T, problem.task.noise_out > 0)
+    ells = np.atleast_1d(np.asarray(ells, float))
+    per = np.zeros((int(replicas), ells.size))
+    for r, x in enumerate(_sobol_normals(dim, int(log2n), int(replicas), int(seed))):
+        panel = _StationarityPanel(problem, m, int(i), x, law)
+        per[r] = [panel.mean(float(v), sigma) for v in ells]
+    return float(alpha) * per.mean(axis=0), float(alpha) * per
+
+
+class _Stationarity:
+    """Psi_i(l) - target on fixed QMC sets (panels built once), for brentq; records every evaluation."""
+
+    def __init__(self, problem: Problem, modes: StrongModes, i: int, alpha: float, sigma: float, target: float,
+                 law: str, log2n: int, replicas: int, seed: int):
+        T = problem.task.tokens
+        dim = _stationarity_dim(modes.k, T, problem.task.noise_out > 0)
+        self.panels = [_StationarityPanel(problem, modes, i, x, law)
+                       for x in _sobol_normals(dim, int(log2n), int(replicas), int(seed))]
+        self.alpha, self.sigma, self.target = float(alpha), float(sigma), float(target)
+        self.calls = 0
+        self.clipped = max(p.clipped for p in self.panels)
+
+    def per_replica(self, ell: float) -> np.ndarray:
+        self.calls += 1
+        return self.alpha * np.array([p.mean(ell, self.sigma) for p in self.panels]) - self.target
+
+    def __call__(self, ell: float) -> float:
+        return float(self.per_replica(ell).mean())
+
+
+def _root(f: _Stationarity, ell0: float, slope: float, xtol: float) -> tuple[float, np.ndarray, float]:
+    """Root of f (decreasing, slope ~ ``slope`` < 0) near ell0 by brentq on a bracket found from the linear
+    prediction. Returns (root, per-replica residuals at the root, secant slope of the bracket)."""
+    f0 = f(ell0)
+    guess = ell0 - f0 / slope
+    h = 0.25 * abs(guess - ell0) + 0.01 * max(abs(ell0), 1e-3)
+    lo, hi = guess - h, guess + h
+    flo, fhi = f(lo), f(hi)
+    for _ in range(30):
+        if flo * fhi <= 0:
+            break
+        h *= 2.0
+        if flo > 0 and fhi > 0:
+            lo, flo = hi, fhi
+            hi = hi + h
+            fhi = f(hi)
+        else:
+            hi, fhi = lo, flo
+            lo = lo - h
+            flo = f(lo)
+    else:
+        raise FloatingPointError("outlier stationarity: no sign change found (is the outlier learned?)")
+    root = optimize.brentq(f, lo, hi, xtol=xtol, rtol=1e-10)
+    sec = (fhi - flo) / (hi - lo) if hi != lo else slope
+    return float(root), f.per_replica(root), float(sec)
+
+
+@dataclass
+class CorrectedOutliers:
+    """Learned outlier eigenvalues of an SE point corrected for the joint (non-Gaussian) law of its strong modes.
+
+    Per explicit mode i (target eigenvalue theta_i = t_i sqrt(d)): ``se`` = the SE's s (y_i - eps) (0: not
+    recovered, then nothing is solved and every entry is nan but ``se``); ``gaussian`` / ``joint`` = the roots
+    of the ERM's stationarity along the outlier under the Gaussian / joint law (same QMC points, everything
+    but the law identical); ``shift`` = joint - gaussian and its QMC error ``shift_error`` (per-replica paired
+    residuals over the slope); ``corrected`` = se + shift. ``gaussian_check`` = (gaussian - se): the Gaussian
+    law must reproduce the SE's outlier up to QMC error and the SE's own quadrature error (a test of the
+    constants), ``gaussian_error`` its QMC error. ``slope`` = dPsi/dl of the joint law (about -Sigma_hat/2).
+    """
+
+    theta: np.ndarray
+    se: np.ndarray
+    gaussian: np.ndarray
+    joint: np.ndarray
+    shift: np.ndarray
+    shift_error: np.ndarray
+    corrected: np.ndarray
+    gaussian_check: np.ndarray
+    gaussian_error: np.ndarray
+    slope: np.ndarray
+    points: int
+    replicas: int
+    calls: int = 0
+    clipped: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in self.__dict__.items() if k != "extra"}
+        out.update(self.extra)
+        return out
+
+
+def corrected_outliers(problem: Problem, measure, res, d: int, k: int, modes: StrongModes | None = None,
+                       which=None, log2n: int = 14, replicas: int = 8, seed: int = DEFAULT_SEED,
+                       xtol: float = 1e-5) -> CorrectedOutliers:
+    r"""The learned outliers of the SE point ``res`` (finite d) with the ERM's stationarity along each outlier
+    evaluated under the joint law of the top k target modes (docs/theory/decomposition.md section 7.1).
+
+    Along a learned eigenvector u_hat_i (eigenvalue l_i sqrt(d) > 0) the ERM's minimiser satisfies
+    alpha sqrt(d) mean_mu[g^mu . W_i^mu] = lambda - N_i, with W_i = D^{-1}(gh_i gh_i^T - I) and N_i the part that
+    the sample average's fluctuation (the effective GOE noise, whose projection on u_hat_i is correlated with
+    it) and the target's other directions contribute. In the SE (Gaussian law) the left side is, by Stein,
+    sqrt(d) (o_i t_i m_hat - l_i Sigma_hat)/2, and with the SE's outlier s (y_i - eps) this fixes
+    N_i = m_hat (y_i - o_i theta_i)/2. One-step correction: N_i, the SE's Sigma and every other piece of the
+    student (q_r, m_r, the other outliers) are held at the SE's values, and l_i solves
+    Psi_i(l) := alpha E[g . W_i] = (o_i t_i m_hat - l_i^SE Sigma_hat)/2 once under the joint law and once under
+    the Gaussian law on the same QMC points (:func:`outlier_stationarity`, brentq). The Gaussian root is the SE's
+    outlier up to quadrature (checked); the corrected outlier is the SE's plus the paired difference.
+    ``which``: indices of the explicit modes to solve (default: every recovered one); ``modes``: the explicit
+    picture (default :func:`student_modes` with bulk couplings)."""
+    if res.phase != "regular":
+        raise ParameterError("alpha", f"outlier stationarity needs a regular SE point (got phase {res.phase})")
+    if problem.student.model == "direct":
+        raise ParameterError("model", "outlier stationarity is implemented for the factorised student")
+    info: dict[str, Any] = {}
+    if modes is None:
+        modes, info = student_modes(problem, measure, res, d, k)
+    sd = math.sqrt(d)
+    kk = modes.k
+    nan = np.full(kk, np.nan)
+    out = {n: nan.copy() for n in ("gaussian", "joint", "shift", "shift_error", "gaussian_check", "gaussian_error",
+                                   "slope")}
+    idx = [j for j in range(kk) if modes.ell[j] > 0] if which is None else [int(j) for j in which]
+    calls, clipped = 0, 0.0
+    slope0 = -0.5 * float(res.sigma_hat)
+    for i in idx:
+        if modes.ell[i] <= 0:
+            raise ParameterError("k", f"explicit mode {i} has no learned outlier (l = 0)")
+        target = 0.5 * (modes.overlap[i] * modes.t[i] * res.m_hat - modes.ell[i] * res.sigma_hat)
+        roots = {}
+        for law in ("gaussian", "joint"):
+            f = _Stationarity(problem, _solved_modes(modes, i), i, res.alpha, res.sigma, target, law, log2n,
+                              replicas, seed)
+            roots[law] = _root(f, float(modes.ell[i]), slope0, xtol * max(abs(modes.ell[i]), 1e-3))
+            calls += f.calls
+            clipped = max(clipped, f.clipped)
+        (lg, rg, sg), (lj, rj, sj) = roots["gaussian"], roots["joint"]
+        R = rg.size
+        out["gaussian"][i], out["joint"][i], out["slope"][i] = lg * sd, lj * sd, sj
+        out["shift"][i] = (lj - lg) * sd
+        out["shift_error"][i] = float(np.std(rj / sj - rg / sg, ddof=1) / math.sqrt(R)) * sd
+        out["gaussian_check"][i] = (lg - modes.ell[i]) * sd
+        out["gaussian_error"][i] = float(np.std(rg / sg, ddof=1) / math.sqrt(R)) * sd
+    se = modes.ell * sd
+    info.update({"sigma": float(res.sigma), "m_hat": float(res.m_hat), "sigma_hat": float(res.sigma_hat),
+                 "solved": idx})
+    return CorrectedOutliers(theta=modes.t * sd, se=se, corrected=se + out["shift"], points=2 ** int(log2n),
+                             replicas=int(replicas), calls=calls, clipped=clipped, extra=info, **out)
