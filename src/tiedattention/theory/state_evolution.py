@@ -348,8 +348,6 @@ class StateEvolution:
         note = (f"{rough._quadrature} rule: Gauss-Hermite branch share {share:.1e} > {self.branch_switch:g} "
                 f"(gh{self.channel.order}: test error {res.test_error:.5f}, residual {res.residual:.1e})")
         out.message = f"{out.message}; {note}" if out.message else note
-        if self._propagate_errors():
-            rough._add_fixed_point_errors(alpha, out)
         return out
 
     def _propagate_errors(self) -> bool:
@@ -422,7 +420,8 @@ class StateEvolution:
             d, kw = self._rough_args
             kw = {**kw, "max_iter": min(kw["max_iter"], ROUGH_MAX_ITER)}
             rough = StateEvolution(self.problem, d=d, channel_options=self.rough_options, stall=ROUGH_STALL,
-                                   root_fallback=False, branch_switch=None, warm_start=self.warm_start, **kw)
+                                   root_fallback=False, branch_switch=None, warm_start=self.warm_start,
+                                   fixed_point_errors=self.fixed_point_errors, **kw)
             rough._cold_accurate = True
             rough._floor_stop = ROUGH_FLOOR_STOP
             self._rough = rough
