@@ -36,10 +36,16 @@ fixed seeds (deterministic) and independent replicas (error estimate = std / sqr
   (the totals q and m are kept exactly).
 * The student is described by (q, m) and its explicit outliers only: the training fixed point (q_hat, m_hat,
   Sigma_hat) itself still comes from the Gaussian channel (see the docs for what that leaves).
+* The learned outliers: :func:`corrected_outliers` solves the ERM's exact stationarity along each learned
+  outlier, alpha E[g . W_i] = (o_i t_i m_hat - l_i^SE Sigma_hat)/2 (W_i the channel coordinates of
+  gh_i gh_i^T - I, g = (h* - z)/Sigma at the softmax prox), under the joint law and under the Gaussian law on the
+  same QMC points; the Gaussian root is the SE's outlier, the paired difference is the correction (a one-step
+  correction: the bulk's conjugates, Sigma and the sample-fluctuation term stay the SE's).
 
 Public API: :class:`StrongModes`, :class:`StrongModeError`, :func:`joint_test_error`, :func:`teacher_modes`,
 :func:`ray_error`, :func:`exact_saturation` (and ``_error``), :func:`student_modes` (finite-d SE point),
-:func:`limit_student_modes` (scaling-limit point), :func:`corrected_test_error`, :func:`corrected_record`.
+:func:`limit_student_modes` (scaling-limit point), :func:`corrected_test_error`, :func:`corrected_record`,
+:func:`outlier_stationarity`, :func:`corrected_outliers` (:class:`CorrectedOutliers`).
 """
 
 from __future__ import annotations
@@ -70,6 +76,9 @@ __all__ = [
     "limit_student_modes",
     "corrected_test_error",
     "corrected_record",
+    "outlier_stationarity",
+    "corrected_outliers",
+    "CorrectedOutliers",
 ]
 
 DEFAULT_SEED = 20261130
