@@ -6,6 +6,7 @@ proximal-gradient ERM runs.
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -309,39 +310,132 @@ def test_cli_bad_input(args, param):
 SIM_BIG = ("E_under", "E_under_clean", "E_mismatch_clean", "mse", "mse_under", "dist_under", "e_test_qm")
 SIM_APPROX = ("E_approx", "E_approx_clean", "mse_approx", "dist_approx")
 SIM_OVER = ("E_over", "E_over_clean", "mse_over", "dist_over")
+SIM_SPEC, SIM_SEEDS, SIM_DIMS, MODEL_SAMPLES = "spikes:6,5+mp:0.5", 4, (100, 200, 400), 16
+
+
+def _seed_row(p, se, alpha, d, s, r, sat):
+    """Seed s of the proximal ERM through the estimator (the record of ``simulate_parts``, and ``debiased``: the
+    same with debias=True), cached as one JSON per seed when TIEDATTENTION_SIM_CACHE is set (an interrupted run
+    loses nothing; a rerun re-checks the assertions without training)."""
+    root = os.environ.get("TIEDATTENTION_SIM_CACHE")
+    path = os.path.join(root, f"decomp_spikes6-5pmp0.5_{alpha}_{d}_{s}.json") if root else None
+    if path and os.path.exists(path):
+        with open(path) as fh:
+            return json.load(fh)
+    from tiedattention.commands.decompose import simulate_parts
+    from tiedattention.theory.decomposition import estimate_record
+
+    out = {}
+
+    def keep(seed, S_hat, S0, row):
+        out.update(row)
+        out["debiased"] = estimate_record(se, S_hat, S0, r["c_inf"], r["k_star"], sat, debias=True)
+
+    simulate_parts(p, se, alpha, d, 1, r["c_inf"], r["k_star"], sat, seed0=s, on_seed=keep)
+    if path:
+        os.makedirs(root, exist_ok=True)
+        with open(path, "w") as fh:
+            json.dump(out, fh)
+    return out
+
+
+def _gaps(alpha, d):
+    """SE record at d and, per key, (mean, s.e.) over seeds of: the raw estimator minus the SE ('raw'), the
+    debiased estimator minus the SE ('debiased'), and the raw estimator minus the same estimator on the SE's
+    model s f(S0 + delta Z) at the same d and the same S0 ('same_d', paired per seed; model_record with
+    MODEL_SAMPLES draws, GOE seeds fixed)."""
+    from tiedattention.simulation import rng_for
+    from tiedattention.theory.decomposition import model_record
+
+    p = Problem.from_options(target=SIM_SPEC)
+    se = StateEvolution(p, d=d)
+    sat = saturation_point(se)
+    res = se.solve(alpha)
+    r = decompose_point(se, res, None, sat)
+    assert r["converged"] and r["k_star"] == 2
+    raw, deb, same = [], [], []
+    for s in range(SIM_SEEDS):
+        row = _seed_row(p, se, alpha, d, s, r, sat)
+        S0 = p.task.target.sample(d, rng_for(s, "target"))
+        model = model_record(se, res, S0, r["c_inf"], r["k_star"], sat, samples=MODEL_SAMPLES, seed=s)
+        raw.append([row[k] - r[k] for k in SIM_BIG + SIM_APPROX + SIM_OVER])
+        deb.append([row["debiased"][k] - r[k] for k in SIM_BIG + SIM_APPROX + SIM_OVER])
+        same.append([row[k] - model[k] for k in SIM_BIG + SIM_APPROX + SIM_OVER])
+    out = {}
+    for tag, x in (("raw", raw), ("debiased", deb), ("same_d", same)):
+        x = np.array(x)
+        mean, sem = x.mean(axis=0), x.std(axis=0, ddof=1) / math.sqrt(len(x))
+        out[tag] = {k: (float(mean[i]), float(sem[i])) for i, k in enumerate(SIM_BIG + SIM_APPROX + SIM_OVER)}
+    return r, out
+
+
+def _misses(r, gaps, alpha, d, tag):
+    """Lines of the check: large parts within 3 s.e. + 2 %, approx and over parts within 3 s.e. + 10 % + 5e-4."""
+    lines, bad = [], []
+    for key in SIM_BIG + SIM_APPROX + SIM_OVER:
+        gap, sem = gaps[tag][key]
+        th = r[key]
+        tol = 3 * sem + (0.02 * abs(th) if key in SIM_BIG else 0.1 * abs(th) + 5e-4)
+        line = f"alpha={alpha} d={d} {tag:8s} {key:16s} SE {th:.5f} gap {gap:+.5f} +- {sem:.5f} (tol {tol:.5f})"
+        lines.append(line)
+        if abs(gap) > tol:
+            bad.append(line)
+    return lines, bad
+
+
+@pytest.fixture(scope="module")
+def decomposition_gaps():
+    cache = {}
+
+    def get(alpha, d):
+        if (alpha, d) not in cache:
+            cache[alpha, d] = _gaps(alpha, d)
+        return cache[alpha, d]
+
+    return get
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("alpha", [0.1, 0.3])
-def test_parts_match_simulations(alpha, torch_one_thread):
+def test_parts_match_simulations(alpha, torch_one_thread, decomposition_gaps):
     """Spikes 6, 5 on an MP(0.5) bulk (outliers, a fitted bulk and a null space: every part present), Delta = 0.5,
-    lambda = 0.01, T = 2; proximal ERM (the exact minimiser), 4 seeds at d = 200, the SE at the same d (both
-    spikes recovered). The large parts (under, mismatch, MSE, e(q, m)) agree within 3 s.e. + 2 %, the outlier
-    parts (approx) within 3 s.e. + 10 % + 5e-4. The over parts are compared last: the ERM at this d fits more
-    bulk than the SE (E_over about twice the SE's, docs/theory/decomposition.md section 7), so a miss there is
-    reported as an expected failure with the numbers, not hidden."""
+    lambda = 0.01, T = 2; proximal ERM (the exact minimiser), 4 seeds, the SE at the same d (both spikes
+    recovered). At d = 400 every part of the *debiased* estimator (decompose_matrices(debias=True), the over/under
+    split's O(1/d) bias removed to first order) agrees with the SE: the large parts (under, mismatch, MSE, e(q, m))
+    within 3 s.e. + 2 %, the approx and over parts within 3 s.e. + 10 % + 5e-4. The raw estimator's gaps at
+    d = 100, 200, 400 are printed with their weighted 1/d fit (docs/theory/decomposition.md section 7)."""
     pytest.importorskip("torch")
-    from tiedattention.commands.decompose import simulate_parts
-
-    d = 200
-    p = Problem.from_options(target="spikes:6,5+mp:0.5")
-    se = StateEvolution(p, d=d)
-    sat = saturation_point(se)
-    r = decompose_point(se, se.solve(alpha), None, sat)
-    assert r["converged"] and r["k_star"] == 2
-    sim = simulate_parts(p, se, alpha, d, 4, r["c_inf"], r["k_star"], sat)
-    lines, bad, over_bad = [], [], []
-    for key in SIM_BIG + SIM_APPROX + SIM_OVER:
-        gap, sem, th = sim[f"sim_{key}_mean"] - r[key], sim[f"sim_{key}_sem"], r[key]
-        line = f"alpha={alpha} {key:18s} SE {th:.5f} sim {th + gap:.5f} +- {sem:.5f} (gap {gap:+.5f})"
-        lines.append(line)
-        if key in SIM_BIG and abs(gap) > 3 * sem + 0.02 * abs(th):
-            bad.append(line)
-        if key in SIM_APPROX and abs(gap) > 3 * sem + 0.1 * abs(th) + 5e-4:
-            bad.append(line)
-        if key in SIM_OVER and abs(gap) > 3 * sem + 0.1 * abs(th) + 5e-4:
-            over_bad.append(line)
+    table = {d: decomposition_gaps(alpha, d) for d in SIM_DIMS}
+    for key in SIM_OVER + ("E_under", "E_approx", "e_test_qm"):
+        for tag in ("raw", "debiased", "same_d"):
+            g = [table[d][1][tag][key] for d in SIM_DIMS]
+            a, se_a = _fit_inverse_d(SIM_DIMS, [x[0] for x in g], [x[1] for x in g])
+            print(f"alpha={alpha} {tag:8s} {key:16s} gaps " + ", ".join(f"{m:+.5f}+-{e:.5f}" for m, e in g)
+                  + f"  1/d intercept {a:+.5f}+-{se_a:.5f}")
+    r, gaps = table[400]
+    lines, bad = _misses(r, gaps, alpha, 400, "debiased")
     print("\n".join(lines))
     assert not bad, bad
-    if over_bad:
-        pytest.xfail("E_over: ERM at d = 200 above the SE: " + "; ".join(over_bad))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alpha", [0.1, 0.3])
+def test_parts_match_the_same_d_model(alpha, torch_one_thread, decomposition_gaps):
+    """The raw estimator on the trained S_hat against the same estimator on the SE's own finite-d model
+    s f(S0 + delta Z) (same d = 400, same S0 per seed, 16 GOE draws): both sides carry the estimator's O(1/d)
+    bias, so this tests only whether the ERM's S_hat is distributed as the SE says. Same tolerances."""
+    pytest.importorskip("torch")
+    r, gaps = decomposition_gaps(alpha, 400)
+    lines, bad = _misses(r, gaps, alpha, 400, "same_d")
+    print("\n".join(lines))
+    assert not bad, bad
+
+
+def _fit_inverse_d(dims, values, sems):
+    """Weighted least squares of y = a + b/d: (a, standard error of a)."""
+    x = 1.0 / np.asarray(dims, float)
+    w = 1.0 / np.maximum(np.asarray(sems, float), 1e-12) ** 2
+    design = np.stack([np.ones_like(x), x], axis=1)
+    cov = np.linalg.inv(design.T @ (design * w[:, None]))
+    coef = cov @ design.T @ (w * np.asarray(values, float))
+    return float(coef[0]), float(np.sqrt(cov[0, 0]))
