@@ -139,6 +139,11 @@ class StateEvolution:
         ``rough_options`` (default 4 scrambled replicas of 2^14 Sobol' points), coarse stage warm, accurate
         stage cold, stopped once the residual is below ``floor_stop`` (0.1) times the QMC rule's own relative
         error estimate of the conjugates (reported as such in ``message``). docs/theory/state_evolution.md.
+    fixed_point_errors : bool or None
+        add the quadrature error of the fixed point itself to ``errors`` (``fixed_point_<observable>``,
+        ``map_spectral_radius``, ``fixed_point_amplification``): the map's quadrature error propagated through
+        (I - J)^-1 (:meth:`_add_fixed_point_errors`; 6 more map evaluations a point). None (default): only for
+        sharp channels, max(beta, beta0) > 1, where the fixed point is ill-conditioned (rho(J) ~0.9 at beta = 2).
     warm_start : bool
         channel evaluations of the cheaper stages (and every one with QMC rules) start each node's Newton prox
         at the minimiser of the previous evaluation of the same stage (``SoftmaxChannel.moments(warm=...)``),
