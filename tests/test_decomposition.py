@@ -409,9 +409,9 @@ def test_parts_match_simulations(alpha, torch_one_thread, decomposition_gaps):
     for key in SIM_OVER + ("E_under", "E_approx", "e_test_qm"):
         for tag in ("raw", "debiased", "same_d"):
             g = [table[d][1][tag][key] for d in SIM_DIMS]
-            a, se_a = _fit_inverse_d(SIM_DIMS, [x[0] for x in g], [x[1] for x in g])
+            a, se_a, chi2 = _fit_inverse_d(SIM_DIMS, [x[0] for x in g], [x[1] for x in g])
             print(f"alpha={alpha} {tag:8s} {key:16s} gaps " + ", ".join(f"{m:+.5f}+-{e:.5f}" for m, e in g)
-                  + f"  1/d intercept {a:+.5f}+-{se_a:.5f}")
+                  + f"  1/d intercept {a:+.5f}+-{se_a:.5f} (chi2 {chi2:.1f}, 1 dof)")
     r, gaps = table[400]
     lines, bad = _misses(r, gaps, alpha, 400, "debiased")
     print("\n".join(lines))
@@ -432,10 +432,11 @@ def test_parts_match_the_same_d_model(alpha, torch_one_thread, decomposition_gap
 
 
 def _fit_inverse_d(dims, values, sems):
-    """Weighted least squares of y = a + b/d: (a, standard error of a)."""
+    """Weighted least squares of y = a + b/d: (a, standard error of a, chi^2 of the fit)."""
     x = 1.0 / np.asarray(dims, float)
+    y = np.asarray(values, float)
     w = 1.0 / np.maximum(np.asarray(sems, float), 1e-12) ** 2
     design = np.stack([np.ones_like(x), x], axis=1)
     cov = np.linalg.inv(design.T @ (design * w[:, None]))
-    coef = cov @ design.T @ (w * np.asarray(values, float))
-    return float(coef[0]), float(np.sqrt(cov[0, 0]))
+    coef = cov @ design.T @ (w * y)
+    return float(coef[0]), float(np.sqrt(cov[0, 0])), float(np.sum(w * (y - design @ coef) ** 2))

@@ -33,12 +33,13 @@ def register(app: typer.Typer) -> None:
 def simulate_parts(problem: Problem, se, alpha: float, d: int, seeds: int, c_inf: float, n_outliers: int,
                    saturation, seed0: int = 0, n_test: int = 2000, solver: str = "prox",
                    on_seed: Callable[[int, np.ndarray, np.ndarray, dict[str, Any]], None] | None = None,
-                   **trainer_options: Any) -> dict[str, Any]:
+                   debias: bool = False, **trainer_options: Any) -> dict[str, Any]:
     """Finite-d estimators of the parts from ``seeds`` ERM runs (seeds seed0.., the streams of ``simulate``):
     ``sim_<key>_mean`` and ``sim_<key>_sem`` for every key of :data:`ESTIMATED`, the measured test errors
     (``sim_test_error_mean/_sem``, ``sim_test_error_clean_mean/_sem``), ``sim_converged`` (fraction of seeds).
     ``on_seed(seed, S_hat, S0, row)``, if given, sees each seed's learned and target matrices and its estimator
-    record (with ``test_error``, ``test_error_clean``, ``converged``, ``train_seconds``) -- for per-seed caches."""
+    record (with ``test_error``, ``test_error_clean``, ``converged``, ``train_seconds``) -- for per-seed caches.
+    ``debias``: the estimator with the first-order bias of its over/under split removed (decompose_matrices)."""
     import torch
 
     from ..simulation import n_of, rng_for, sample_dataset, test_errors, train
@@ -56,7 +57,7 @@ def simulate_parts(problem: Problem, se, alpha: float, d: int, seeds: int, c_inf
             tr = train(problem, data, solver=solver, seed=s, **trainer_options)
             del data
             conv.append(bool(tr.converged))
-            rows.append(estimate_record(se, tr.S_hat, S0, c_inf, n_outliers, saturation))
+            rows.append(estimate_record(se, tr.S_hat, S0, c_inf, n_outliers, saturation, debias=debias))
             measured.append(test_errors(problem, tr.S_hat, S0, s, n_test))
             if on_seed is not None:
                 on_seed(s, np.asarray(tr.S_hat), S0, {**rows[-1], **{k: float(measured[-1][k]) for k in (
@@ -87,6 +88,8 @@ def decompose(
     c_inf: Annotated[float | None, typer.Option(
         "--c-inf", help="reference scale c∞ (default: argmin of the noisy test error on the ray S = c S0)")] = None,
     n_test: Annotated[int, typer.Option("--n-test", help="fresh test sequences per seed")] = 2000,
+    debias: Annotated[bool, typer.Option(
+        "--debias", help="simulations: remove the O(1/d) bias of the estimator's over/under split")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Split the excess test error e_test − e_0 (and the MSE on S) into E_over, E_under, E_approx, E_mismatch."""
@@ -115,7 +118,7 @@ def decompose(
         if seeds > 0:
             if rec["converged"]:
                 rec.update(simulate_parts(problem, se, res.alpha, d, seeds, rec["c_inf"], rec["k_star"], sat,
-                                          n_test=n_test))
+                                          n_test=n_test, debias=debias))
             else:
                 rec["sim_message"] = "theory point did not converge: no outlier count to match, simulations skipped"
         records.append(rec)
