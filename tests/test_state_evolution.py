@@ -358,8 +358,8 @@ def test_beta2_learning_curve_converges_everywhere():
     """beta = beta0 = 2 on alpha in [0.05, 8] (17 points): every point converges (Gauss-Hermite order 24, or the
     QMC re-solve at 0.13 <= alpha <= 0.87 where the branch share exceeds 1e-3), the test error decreases, cold
     solves land on the warm curve (the half-order pre stage used to lead them to spurious fixed points of the
-    order-24 map at alpha = 1.19 and 2.25: 0.238 instead of 0.220 and 0.171), and alpha = 0.5 agrees with a
-    4 x 2^16 QMC rule within the fixed-point error estimates."""
+    order-24 map at alpha = 1.19 and 2.25: 0.238 instead of 0.220 and 0.171), alpha = 0.5 is deterministic and
+    agrees with a 4 x 2^16 QMC rule within the fixed-point error estimates."""
     p = Problem.from_options(**BETA2)
     alphas = np.round(np.geomspace(0.05, 8, 17), 4)
     se = StateEvolution(p)
@@ -376,6 +376,8 @@ def test_beta2_learning_curve_converges_everywhere():
         cold = StateEvolution(p).solve(alphas[i])
         assert abs(cold.test_error - res[i].test_error) <= res[i].errors["fixed_point_test_error"]
     half = StateEvolution(p).solve(0.5)
+    again = StateEvolution(p).solve(0.5)  # deterministic, fixed-point errors included
+    assert half.to_dict() | {"seconds": 0} == again.to_dict() | {"seconds": 0}
     fine = StateEvolution(p, rough_options={"qmc_log2": 16}).solve(0.5)
     assert half.quadrature == "qmc4x2^14" and fine.quadrature == "qmc4x2^16"
     for k in ("test_error", "q", "sigma", "mse"):  # 2 s.e. of the difference, as above
