@@ -40,7 +40,8 @@ fixed seeds (deterministic) and independent replicas (error estimate = std / sqr
   outlier, alpha E[g . W_i] = (o_i t_i m_hat - l_i^SE Sigma_hat)/2 (W_i the channel coordinates of
   gh_i gh_i^T - I, g = (h* - z)/Sigma at the softmax prox), under the joint law and under the Gaussian law on the
   same QMC points; the Gaussian root is the SE's outlier, the paired difference is the correction (a one-step
-  correction: the bulk's conjugates, Sigma and the sample-fluctuation term stay the SE's).
+  correction: the bulk's conjugates, Sigma and the sample-fluctuation term stay the SE's). The target's MP part,
+  if any, is made explicit too (:func:`bulk_modes`): its own non-Gaussianity matters at d <= 400.
 
 Public API: :class:`StrongModes`, :class:`StrongModeError`, :func:`joint_test_error`, :func:`teacher_modes`,
 :func:`ray_error`, :func:`exact_saturation` (and ``_error``), :func:`student_modes` (finite-d SE point),
@@ -714,7 +715,8 @@ def corrected_outliers(problem: Problem, measure, res, d: int, k: int, modes: St
     the Gaussian law on the same QMC points (:func:`outlier_stationarity`, brentq). The Gaussian root is the SE's
     outlier up to quadrature (checked); the corrected outlier is the SE's plus the paired difference.
     ``which``: indices of the explicit modes to solve (default: every recovered one); ``modes``: the explicit
-    picture (default :func:`student_modes` with bulk couplings, and with ``bulk`` the target's MP part as
+    picture (default :func:`student_modes` with bulk couplings, and with ``bulk`` (ignored when ``modes`` is
+    given) the target's MP part as
     :func:`bulk_modes` explicit modes too: no student outlier, their bulk couplings b_j from the overlap density.
     Their own non-Gaussianity (t_j up to 0.47 at d = 100) changes the top outlier's stationarity by about as much
     as the spike's: measured on trained students, the population term is the joint law's with every mode
