@@ -934,7 +934,11 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
             if hist:
                 res = fast.solve_fixed(alpha, x0, delta0)
         route_used = "fast"
-        if res is None or not res.converged:  # fall back to the plain route for this point
+        # fall back to the plain route for this point where the fast one failed, or where its search ended on
+        # S_hat = 0 (m at the solver's floor): the test error is flat in lambda there, so a walk started there
+        # stays (gamma = 2, d = 4000, nu = 46.4: lambda extrapolated to 1.36 from 1.3e-4 and 0.013; without this
+        # the rest of the curve stayed at S_hat = 0 with lambda growing 100-fold per point)
+        if res is None or not res.converged or not (res.m > 0 and res.q > 1e-20):
             route_used = "plain"
             rec = _plain_curve(problem, d, [alpha], rule, xatol=xatol, **options)[0]
             lam = rec["lam"]
