@@ -192,6 +192,19 @@ def _sobol_normals(dim: int, log2n: int, replicas: int, seed: int) -> tuple[np.n
     return tuple(out)
 
 
+def _sobol_replicas(dim: int, log2n: int, replicas: int, seed: int):
+    """The replicas of :func:`_sobol_normals` one at a time (identical values); large sets (many explicit modes,
+    over 2^25 numbers in all) are generated replica by replica and not cached, to keep memory at one replica."""
+    if dim * 2**log2n * replicas <= 2**25:
+        yield from _sobol_normals(dim, log2n, replicas, seed)
+        return
+    from scipy.stats import qmc
+
+    for r in range(replicas):
+        sob = qmc.Sobol(d=dim, scramble=True, seed=np.random.default_rng([seed, dim, r]))
+        yield ndtri(np.clip(sob.random_base2(log2n), 2.0**-60, 1.0 - 2.0**-53))
+
+
 def _admissible(q0r: float, qr: float, mr: float, qz: float) -> tuple[float, float, float, float]:
     """Clip the remainder to a valid covariance: Q0_r >= 0, q_r >= 0, m_r^2 <= q_r Qz_r. Returns the clipped
     triple and the total amount moved."""
@@ -580,7 +593,7 @@ def outlier_stationarity(problem: Problem, modes: StrongModes, i: int, alpha: fl
     dim = _stationarity_dim(m.k, T, problem.task.noise_out > 0)
     ells = np.atleast_1d(np.asarray(ells, float))
     per = np.zeros((int(replicas), ells.size))
-    for r, x in enumerate(_sobol_normals(dim, int(log2n), int(replicas), int(seed))):
+    for r, x in enumerate(_sobol_replicas(dim, int(log2n), int(replicas), int(seed))):
         panel = _StationarityPanel(problem, m, int(i), x, law)
         per[r] = [panel.mean(float(v), sigma) for v in ells]
     return float(alpha) * per.mean(axis=0), float(alpha) * per
@@ -594,7 +607,7 @@ class _Stationarity:
         T = problem.task.tokens
         dim = _stationarity_dim(modes.k, T, problem.task.noise_out > 0)
         self.panels = [_StationarityPanel(problem, modes, i, x, law)
-                       for x in _sobol_normals(dim, int(log2n), int(replicas), int(seed))]
+                       for x in _sobol_replicas(dim, int(log2n), int(replicas), int(seed))]
         self.alpha, self.sigma, self.target = float(alpha), float(sigma), float(target)
         self.calls = 0
         self.clipped = max(p.clipped for p in self.panels)
