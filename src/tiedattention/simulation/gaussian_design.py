@@ -1,0 +1,291 @@
+"""Gaussian-design control of the AIM: the same channel with exactly Gaussian logits (numpy/torch, float64).
+
+In the AIM (THEORY.md section 1) a logit ``h_ab(S) = (x_a^T S x_b - delta_ab Tr S)/sqrt(d)`` is the rank-one
+measurement ``<x_a x_b^T, S>/sqrt(d)`` (minus its mean): at finite d its law is not Gaussian (fourth cumulant
+O(1/d)). Here every logit is instead a Gaussian linear measurement of S with the **same covariance**:
+
+* a sequence has K = T(T+1)/2 independent logits, one per pair a <= b; pair (a, b) of sequence mu reads
+  ``h_ab = h_ba = c_ab <A_{mu,ab}, S>_F / sqrt(d)`` with ``A = (G + G^T)/2``, G i.i.d. N(0, 1) (d x d), and
+  ``c_ab = 1`` (a != b), ``c_aa = sqrt(2)``: mean 0, off-diagonal variance (1/d) Tr S^2, diagonal 2 (1/d) Tr S^2,
+  different logits uncorrelated, exactly as the AIM's (THEORY.md sections 1, 3), and exactly Gaussian for every S;
+* stored as ``B`` (n K, d(d+1)/2), B i.i.d. N(0, 1), against the isometric vectorisation ``svec(S)`` (diagonal,
+  then sqrt(2) S_ij for i < j in ``np.triu_indices`` order): ``<A, S>_F = b . svec(S)`` has the law above;
+* logit noise, labels and output noise exactly as :func:`.sampler.sample_dataset` (seq2lab only): ``y =
+  softmax_row(beta0 [h(S0) + sqrt(Delta) xi])`` (+ N(0, Delta_out) per entry), S0 from ``rng_for(seed, "target")``
+  (the same S0 as the structured sampler's seed), the rest from ``rng_for(seed, "train")``.
+
+Training reuses the project's proximal solver :func:`.trainers.solve_prox` unchanged: it only calls
+``logits_all``, ``loss_of_logits`` and ``grad_S_of`` of its objective, which :class:`GaussianObjective` provides
+for the Gaussian design (same normalisation as :class:`.models.Objective`: F = [sum_mu ||y - yhat||^2 +
+lam d Tr S]/d^2). Test error: for a fixed S_hat the fresh Gaussian-design logits (h(S_hat), h(S0)) of one pair are
+exactly jointly Gaussian with covariance c_ab^2 [[q, m], [m, Q0]], q = (1/d)Tr S_hat^2, m = (1/d)Tr S_hat S0,
+Q0 = (1/d)Tr S0^2; :func:`gaussian_test_errors` samples those Gaussians (``n_test`` sequences, default 2e5, stream
+``rng_for(seed, "test")``), so the test error depends on S_hat only through (q, m, Q0) and costs nothing in d.
+
+Purpose: at finite d the structured-data ERM sits O(1/d) above the state evolution; the Gaussian design isolates
+whether that bias comes from the non-Gaussian rank-one measurements (docs/theory/state_evolution.md, "Where the
+finite-size bias comes from: a Gaussian-design control").
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import ParameterError
+from ..problem import Problem
+from .models import seq2lab_loss, sym
+from .sampler import rng_for, softmax_rows, symmetric_noise
+from .trainers import solve_prox
+
+__all__ = [
+    "svec",
+    "smat",
+    "pairs",
+    "GaussianDataset",
+    "sample_gaussian_design",
+    "gaussian_logits",
+    "GaussianObjective",
+    "train_gaussian",
+    "gaussian_test_errors",
+    "gaussian_design_seed",
+]
+
+
+def svec(S: np.ndarray | torch.Tensor):
+    """Isometric vectorisation of a symmetric (d, d) matrix: (S_ii, sqrt(2) S_ij for i < j), ``triu_indices`` order
+    (diagonal entries appear at their positions in that order)."""
+    d = S.shape[0]
+    iu, ju = np.triu_indices(d)
+    scale = np.where(iu == ju, 1.0, math.sqrt(2.0))
+    if isinstance(S, torch.Tensor):
+        return S[iu, ju] * torch.as_tensor(scale, dtype=S.dtype, device=S.device)
+    return np.asarray(S)[iu, ju] * scale
+
+
+def smat(u: np.ndarray | torch.Tensor, d: int):
+    """Inverse of :func:`svec`; also the Frobenius gradient on symmetric matrices of ``S -> b . svec(S)`` is
+    ``smat(b)``."""
+    iu, ju = np.triu_indices(d)
+    scale = np.where(iu == ju, 1.0, 1.0 / math.sqrt(2.0))
+    if isinstance(u, torch.Tensor):
+        S = torch.zeros((d, d), dtype=u.dtype, device=u.device)
+        v = u * torch.as_tensor(scale, dtype=u.dtype, device=u.device)
+        S[iu, ju] = v
+        S[ju, iu] = v
+        return S
+    S = np.zeros((d, d))
+    v = np.asarray(u) * scale
+    S[iu, ju] = v
+    S[ju, iu] = v
+    return S
+
+
+def pairs(T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The K = T(T+1)/2 logit pairs a <= b of a sequence and their scales c_ab (sqrt(2) on the diagonal)."""
+    a, b = np.triu_indices(T)
+    return a, b, np.where(a == b, math.sqrt(2.0), 1.0)
+
+
+@dataclass
+class GaussianDataset:
+    """n sequences of the Gaussian-design AIM. B: (n K, d(d+1)/2) sensing vectors (row mu K + k is pair k of
+    sequence mu, order of :func:`pairs`); y, clean: (n, T, T) noisy and clean labels; S0 (d, d)."""
+
+    B: np.ndarray
+    y: np.ndarray
+    clean: np.ndarray
+    S0: np.ndarray
+    T: int
+
+    @property
+    def d(self) -> int:
+        return self.S0.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.y.shape[0]
+
+
+def gaussian_logits(B: np.ndarray | torch.Tensor, S: np.ndarray | torch.Tensor, T: int):
+    """All logits (n, T, T) of the Gaussian design at a symmetric S (numpy or torch, following B)."""
+    d = S.shape[0]
+    a, b, c = pairs(T)
+    K = a.size
+    if isinstance(B, torch.Tensor):
+        v = torch.mv(B, svec(S)).reshape(-1, K) * torch.as_tensor(c / math.sqrt(d), dtype=B.dtype, device=B.device)
+        H = torch.empty((v.shape[0], T, T), dtype=B.dtype, device=B.device)
+    else:
+        v = (B @ svec(S)).reshape(-1, K) * (c / math.sqrt(d))
+        H = np.empty((v.shape[0], T, T))
+    H[:, a, b] = v
+    H[:, b, a] = v
+    return H
+
+
+def sample_gaussian_design(
+    problem: Problem, n: int, d: int, seed: int, S0: np.ndarray | None = None, chunk: int = 1 << 22
+) -> GaussianDataset:
+    """Sample n Gaussian-design sequences (seq2lab; see the module docstring). ``chunk``: numbers drawn at once
+    (the data do not depend on it)."""
+    task = problem.task
+    if task.task != "seq2lab":
+        raise ParameterError("task", "the Gaussian design is implemented for seq2lab only")
+    if isinstance(n, bool) or int(n) != n or n < 1:
+        raise ParameterError("n", f"must be a positive integer (got {n!r})")
+    if isinstance(d, bool) or int(d) != d or d < 2:
+        raise ParameterError("d", f"must be an integer >= 2 (got {d!r})")
+    n, d, T = int(n), int(d), task.tokens
+    if S0 is None:
+        S0 = task.target.sample(d, rng_for(int(seed), "target"))
+    S0 = np.asarray(S0, dtype=np.float64)
+    seeds = rng_for(int(seed), "train").integers(0, 2**63 - 1, size=3)
+    rB, rxi, rout = (np.random.default_rng(int(s)) for s in seeds)
+    K, D = T * (T + 1) // 2, d * (d + 1) // 2
+    B = np.empty((n * K, D))
+    rows = max(1, chunk // D)
+    for lo in range(0, n * K, rows):  # sequential draws of one generator: independent of the chunk size
+        rB.standard_normal(out=B[lo : lo + rows])
+    h0 = gaussian_logits(B, S0, T)
+    xi = symmetric_noise(rxi, n, T)
+    y = softmax_rows(task.beta0 * (h0 + math.sqrt(task.noise) * xi))
+    if task.noise_out > 0:
+        y = y + math.sqrt(task.noise_out) * rout.standard_normal((n, T, T))
+    return GaussianDataset(B=B, y=y, clean=softmax_rows(task.beta0 * h0), S0=S0, T=T)
+
+
+class _Data:
+    def __init__(self, dtype: torch.dtype, device: torch.device):
+        self.dtype, self.device = dtype, device
+
+
+class GaussianObjective:
+    """F = [sum_mu ||y_mu - softmax_row(beta h_mu(S))||^2 + penalty]/d^2 on a :class:`GaussianDataset`, with the
+    interface :func:`.trainers.solve_prox` uses (``logits_all``, ``loss_of_logits``, ``grad_S_of``,
+    ``penalty_trace``, ``penalty_ridge``)."""
+
+    def __init__(self, problem: Problem, data: GaussianDataset):
+        self.problem = problem
+        self.d, self.n, self.T = data.d, data.n, data.T
+        self.lam = problem.student.lam
+        self.beta = problem.student.beta
+        self.B = torch.from_numpy(data.B)
+        self.y = torch.from_numpy(data.y)
+        self.data = _Data(self.B.dtype, self.B.device)
+        self._a, self._b, c = pairs(self.T)
+        self._c = torch.as_tensor(c / math.sqrt(self.d), dtype=self.B.dtype)
+
+    def logits_all(self, S: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return gaussian_logits(self.B, S, self.T)
+
+    def loss_of_logits(self, H: torch.Tensor, grad: bool = True) -> tuple[float, torch.Tensor | None]:
+        """data sum / d^2 of all logits H (n, T, T) and, with ``grad``, dF/dH (n, T, T)."""
+        if not grad:
+            with torch.no_grad():
+                return float(seq2lab_loss(torch.softmax(self.beta * H, dim=-1), self.y)) / self.d**2, None
+        Hl = H.detach().requires_grad_(True)
+        val = seq2lab_loss(torch.softmax(self.beta * Hl, dim=-1), self.y) / self.d**2
+        (G,) = torch.autograd.grad(val, Hl)
+        return float(val.detach()), G
+
+    def grad_S_of(self, G: torch.Tensor) -> torch.Tensor:
+        """Frobenius gradient on symmetric S of F(h(S)) given G = dF/dH (h_ab and h_ba are the same logit)."""
+        a, b = self._a, self._b
+        g = (G[:, a, b] + G[:, b, a]) * torch.as_tensor(np.where(a == b, 0.5, 1.0), dtype=G.dtype)
+        g = (g * self._c).reshape(-1)
+        return smat(torch.mv(self.B.T, g), self.d)
+
+    def data_only(self, S: torch.Tensor) -> float:
+        return self.loss_of_logits(self.logits_all(S), grad=False)[0]
+
+    def penalty_trace(self, S: torch.Tensor) -> torch.Tensor:
+        return self.lam * torch.diagonal(S).sum() / self.d
+
+    def penalty_ridge(self, S: torch.Tensor) -> torch.Tensor:
+        return self.lam * (S * S).sum() / self.d
+
+    def value(self, S: torch.Tensor) -> float:
+        """The full normalised objective F(S) (trace penalty for the factorised model, ridge for the direct one)."""
+        pen = self.penalty_trace(S) if self.problem.student.model == "factorized" else self.penalty_ridge(S)
+        return self.data_only(S) + float(pen)
+
+
+def train_gaussian(problem: Problem, data: GaussianDataset, seed: int = 0, **options) -> dict:
+    """Minimise F on the Gaussian design with :func:`.trainers.solve_prox` (``options``: its rtol, max_iter, ...).
+    Returns S_hat (numpy), objective, train_error (per sequence), steps, converged, message, seconds."""
+    obj = GaussianObjective(problem, data)
+    t0 = time.perf_counter()
+    sol = solve_prox(problem, obj, seed=seed, **options)
+    seconds = time.perf_counter() - t0
+    S = sym(sol.S.detach())
+    data_term = obj.data_only(S)
+    F = obj.value(S)
+    converged = bool(sol.converged) and math.isfinite(F)
+    return {
+        "S_hat": S.numpy().astype(np.float64), "objective": F, "train_error": data_term * obj.d**2 / obj.n,
+        "steps": int(sol.steps), "converged": converged, "message": sol.message, "seconds": seconds,
+    }
+
+
+def gaussian_test_errors(
+    problem: Problem, q: float, m: float, Q0: float, seed: int, n_test: int = 200_000, chunk: int = 50_000
+) -> dict[str, float]:
+    """Test errors of a student with overlaps (q, m) against a teacher of norm Q0 on fresh Gaussian-design logits
+    (exact law, sampled): test_error(_sem) against noisy labels, test_error_clean(_sem) against clean ones."""
+    task, beta = problem.task, problem.student.beta
+    T = task.tokens
+    a, b, c = pairs(T)
+    K = a.size
+    if q < 0 or Q0 <= 0 or m * m > q * Q0 * (1 + 1e-12):
+        raise ParameterError("overlaps", f"(q, m, Q0) = ({q}, {m}, {Q0}) is not a covariance")
+    rng = rng_for(int(seed), "test")
+    s0, r = math.sqrt(Q0), m / math.sqrt(Q0)
+    rest = math.sqrt(max(q - r * r, 0.0))
+    noisy, clean = np.empty(n_test), np.empty(n_test)
+    for lo in range(0, n_test, chunk):
+        k = min(n_test, lo + chunk) - lo
+        z = rng.standard_normal((2, k, K)) * c
+        h0, hs = np.empty((k, T, T)), np.empty((k, T, T))
+        h0[:, a, b] = h0[:, b, a] = s0 * z[0]
+        hs[:, a, b] = hs[:, b, a] = r * z[0] + rest * z[1]
+        xi = symmetric_noise(rng, k, T)
+        y = softmax_rows(task.beta0 * (h0 + math.sqrt(task.noise) * xi))
+        if task.noise_out > 0:
+            y = y + math.sqrt(task.noise_out) * rng.standard_normal((k, T, T))
+        yhat = softmax_rows(beta * hs)
+        noisy[lo : lo + k] = ((y - yhat) ** 2).sum(axis=(1, 2))
+        clean[lo : lo + k] = ((softmax_rows(task.beta0 * h0) - yhat) ** 2).sum(axis=(1, 2))
+    sq = math.sqrt(n_test)
+    return {
+        "test_error": float(noisy.mean()), "test_error_sem": float(noisy.std(ddof=1) / sq),
+        "test_error_clean": float(clean.mean()), "test_error_clean_sem": float(clean.std(ddof=1) / sq),
+    }
+
+
+def overlaps(S_hat: np.ndarray, S0: np.ndarray) -> tuple[float, float, float]:
+    """(q, m, Q0) = ((1/d)Tr S_hat^2, (1/d)Tr S_hat S0, (1/d)Tr S0^2)."""
+    d = S0.shape[0]
+    return float((S_hat * S_hat).sum() / d), float((S_hat * S0).sum() / d), float((S0 * S0).sum() / d)
+
+
+def gaussian_design_seed(problem: Problem, alpha: float, d: int, seed: int, n_test: int = 200_000, **options) -> dict:
+    """One seed of the Gaussian-design ERM (n = round(alpha d^2)): test errors, MSE on S, objective/d^2, train
+    error, overlaps (q, m, Q0), steps, converged, seconds."""
+    n = max(1, int(round(alpha * d * d)))
+    data = sample_gaussian_design(problem, n, d, seed)
+    res = train_gaussian(problem, data, seed=seed, **options)
+    S0 = data.S0
+    del data
+    q, m, Q0 = overlaps(res["S_hat"], S0)
+    row = {k: res[k] for k in ("objective", "train_error", "steps", "converged", "seconds")}
+    row.update(q=q, m=m, Q0=Q0, mse=q - 2 * m + Q0)
+    row.update(gaussian_test_errors(problem, q, m, Q0, seed, n_test))
+    return row
+
+
+__all__ += ["overlaps"]
