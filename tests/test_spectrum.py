@@ -178,6 +178,32 @@ def test_cli_spectrum_json_png(tmp_path):
     assert bad.exit_code == 2 and "--out" in bad.output
     bad = runner.invoke(app, ["spectrum", "--alpha", "0.5", "--target", "powerlaw:1.2"])
     assert bad.exit_code == 2 and "--d" in bad.output
+    bad = runner.invoke(app, ["spectrum", "--alpha", "0.5", "--joint-law", "2"])
+    assert bad.exit_code == 2 and "--joint-law" in bad.output and "finite dimension" in bad.output
+    bad = runner.invoke(app, ["spectrum", "--alpha", "0.5", "--joint-law", "-1", "--theory-d", "100"])
+    assert bad.exit_code == 2 and "--joint-law" in bad.output
+
+
+@pytest.mark.slow
+def test_cli_spectrum_joint_law_corrects_the_spikes():
+    """`spectrum --joint-law 3` at d = 100 (spikes 10, 8, 6.5 on MP(0.2), alpha = 0.1): every recovered outlier
+    gets its joint-law eigenvalue, the same numbers as strong_modes.corrected_outliers, below the Gaussian SE's
+    for the top spike (trained: 6.053 against the SE's 6.102; docs/theory/decomposition.md 7.1)."""
+    from tiedattention.theory.state_evolution import StateEvolution
+    from tiedattention.theory.strong_modes import corrected_outliers
+
+    args = ["spectrum", "--target", "spikes:10,8,6.5+mp:0.2", "--alpha", "0.1", "--theory-d", "100"]
+    res = CliRunner().invoke(app, [*args, "--joint-law", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    th = json.loads(res.stdout.strip().splitlines()[-1])["theory"]
+    outl = sorted(th["outliers"], key=lambda o: -o["theta"])
+    p = Problem.from_options(target="spikes:10,8,6.5+mp:0.2")
+    se = StateEvolution(p, d=100)
+    c = corrected_outliers(p, se.measure, se.solve(0.1), 100, 3)
+    np.testing.assert_allclose([o["eigenvalue_joint_law"] for o in outl], c.corrected[:3], rtol=1e-12)
+    assert np.all(np.isnan(c.corrected[3:]))  # the MP part explicit: no outliers of its own
+    assert outl[0]["eigenvalue_joint_law"] < outl[0]["eigenvalue"] - 3 * outl[0]["eigenvalue_joint_law_error"]
+    assert th["joint_law"]["solved"] == [0, 1, 2]
 
 
 def test_detachment_delta_closed_form_and_subordination_solver():

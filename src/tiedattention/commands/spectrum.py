@@ -32,6 +32,10 @@ def spectrum_cmd(
     theory_d: Annotated[
         int | None, typer.Option("--theory-d", help="d of the eigenvalue list for list targets (default: --d)")
     ] = None,
+    joint_law: Annotated[int, typer.Option(
+        "--joint-law", help="K > 0: treat the top K target modes (and the target's MP part) exactly, not as "
+        "Gaussian logits, and correct every recovered outlier among them; take K >= the number of strong modes "
+        "(every spike). Needs a finite d (--d or --theory-d); ~10-60 s per outlier")] = 0,
     out: Annotated[Path | None, typer.Option("--out", help="write the figure here (PNG)")] = None,
     json: JsonOpt = False,
 ) -> None:
@@ -43,12 +47,16 @@ def spectrum_cmd(
         check_dimension(d)
         if seeds < 1:
             raise ParameterError("seeds", f"must be >= 1 (got {seeds})")
+        if joint_law < 0:
+            raise ParameterError("joint-law", f"must be >= 0 (got {joint_law})")
+        if joint_law and (theory_d if theory_d is not None else d) is None:
+            raise ParameterError("joint-law", "needs a finite dimension: give --d or --theory-d")
         if out is not None and out.suffix.lower() != ".png":
             raise ParameterError("out", f"must be a .png file (got '{out}')")
         if out is not None and not out.parent.exists():
             raise ParameterError("out", f"directory '{out.parent}' does not exist")
         record = spectrum_record(problem, alpha, d=d, seeds=seeds, solver=solver, device=device,
-                                 theory_d=theory_d, out=out)
+                                 theory_d=theory_d, out=out, joint_law=joint_law)
     if json:
         emit_json(record)
         return
@@ -60,7 +68,9 @@ def spectrum_cmd(
         typer.echo(f"  bulk [{b['lo']:.4f}, {b['hi']:.4f}] mass {b['mass']:.4f}")
     for o in th["outliers"]:
         dc = f", detached while delta < {o['delta_c']:.4g}" if o["detached"] else ""
-        typer.echo(f"  theta={o['theta']:.4g}: eigenvalue {o['eigenvalue']:.4f} overlap {o['overlap']:.4f} "
+        jl = (f", joint law {o['eigenvalue_joint_law']:.4f} +- {o['eigenvalue_joint_law_error']:.4f}"
+              if "eigenvalue_joint_law" in o else "")
+        typer.echo(f"  theta={o['theta']:.4g}: eigenvalue {o['eigenvalue']:.4f}{jl} overlap {o['overlap']:.4f} "
                    f"{'recovered' if o['recovered'] else 'not recovered'} (delta = {th['delta']:.4g}{dc})")
     if "simulation" in record:
         s = record["simulation"]
@@ -71,12 +81,23 @@ def spectrum_cmd(
 
 
 def spectrum_record(problem, alpha: float, d: int | None = None, seeds: int = 4, solver: str = "prox",
-                    device: str = "cpu", theory_d: int | None = None, out: Path | None = None) -> dict[str, Any]:
-    """Theory (and, with d, simulation) of the learned spectrum as one JSON-ready record; draws ``out``."""
-    from ..theory.spectrum import kolmogorov_distance, learned_spectrum
+                    device: str = "cpu", theory_d: int | None = None, out: Path | None = None,
+                    joint_law: int = 0) -> dict[str, Any]:
+    """Theory (and, with d, simulation) of the learned spectrum as one JSON-ready record; draws ``out``.
 
-    sp = learned_spectrum(problem, alpha, d=theory_d if theory_d is not None else d)
+    ``joint_law`` = K > 0: the recovered outliers among the top K target modes are also given corrected for the
+    exact law of the strong modes' logits (the top K modes and the target's MP part explicit):
+    ``eigenvalue_joint_law`` and its QMC error per outlier, the whole correction under ``theory.joint_law``
+    (theory.strong_modes.corrected_outliers, docs/theory/decomposition.md 7.1)."""
+    from ..theory.spectrum import kolmogorov_distance, spectrum_from_result
+    from ..theory.state_evolution import StateEvolution
+
+    se = StateEvolution(problem, d=theory_d if theory_d is not None else d)
+    res = se.solve(alpha)
+    sp = spectrum_from_result(problem, se.measure, res)
     record: dict[str, Any] = {"alpha": alpha, "target": str(problem.task.target), "theory": sp.to_dict()}
+    if joint_law:
+        _add_joint_law(problem, se, res, record["theory"], theory_d if theory_d is not None else d, joint_law)
     sim = None
     if d is not None:
         from ..simulation import simulate_record
@@ -97,12 +118,31 @@ def spectrum_record(problem, alpha: float, d: int | None = None, seeds: int = 4,
         }
         record["eigenvalues"] = ev_clean
     if out is not None:
-        _draw(sp, record.get("eigenvalues"), out, problem, alpha)
+        _draw(sp, record.get("eigenvalues"), out, problem, alpha,
+              [o["eigenvalue_joint_law"] for o in record["theory"]["outliers"] if "eigenvalue_joint_law" in o])
     record.pop("eigenvalues", None)
     return record
 
 
-def _draw(sp, ev, out: Path, problem, alpha: float) -> None:
+def _add_joint_law(problem, se, res, theory: dict[str, Any], d: int, k: int) -> None:
+    """Attach the joint-law correction of the top ``k`` recovered outliers to the theory record (in place)."""
+    from ..theory.strong_modes import corrected_outliers
+
+    if not any(o["recovered"] for o in theory["outliers"]):
+        theory["joint_law"] = {"solved": [], "message": "no recovered outlier to correct"}
+        return
+    # the top k target modes explicit (and the MP part of the target); every recovered one among them solved
+    c = corrected_outliers(problem, se.measure, res, d, k)
+    for j in np.flatnonzero(np.isfinite(c.shift)):
+        o = min(theory["outliers"], key=lambda o: abs(o["theta"] - float(c.theta[j])))
+        if not math.isclose(o["theta"], float(c.theta[j]), rel_tol=1e-9):
+            raise RuntimeError(f"joint-law mode {c.theta[j]} is not an outlier of the spectrum record")
+        o["eigenvalue_joint_law"] = float(c.corrected[j])
+        o["eigenvalue_joint_law_error"] = float(c.shift_error[j])
+    theory["joint_law"] = c.to_dict()
+
+
+def _draw(sp, ev, out: Path, problem, alpha: float, joint: list[float] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,6 +166,10 @@ def _draw(sp, ev, out: Path, problem, alpha: float) -> None:
         if o.recovered:
             ax1.axvline(o.eigenvalue, color="C3", ls="--", lw=0.8)
             ax2.axvline(o.singular_value, color="C3", ls="--", lw=0.8)
+    for j, e in enumerate(joint or []):
+        lab = "outliers, joint law" if j == 0 else None
+        ax1.axvline(e, color="C2", ls=":", lw=1.0, label=lab)
+        ax2.axvline(math.sqrt(max(e, 0.0)), color="C2", ls=":", lw=1.0, label=lab)
     ax1.set_xlabel("eigenvalue of Ŝ")
     ax1.set_ylabel("density")
     ax2.set_xlabel("singular value of W/(pd)^{1/4}")
