@@ -310,7 +310,9 @@ def test_cli_bad_input(args, param):
 SIM_BIG = ("E_under", "E_under_clean", "E_mismatch_clean", "mse", "mse_under", "dist_under", "e_test_qm")
 SIM_APPROX = ("E_approx", "E_approx_clean", "mse_approx", "dist_approx")
 SIM_OVER = ("E_over", "E_over_clean", "mse_over", "dist_over")
-SIM_SPEC, SIM_SEEDS, SIM_DIMS, MODEL_SAMPLES = "spikes:6,5+mp:0.5", 4, (100, 200, 400), 16
+SIM_SPEC, MODEL_SAMPLES = "spikes:6,5+mp:0.5", 16
+SIM_SEEDS = {100: 12, 200: 12, 400: 4}  # seeds per d (d = 400: 7-12 min per seed at alpha = 0.3, loaded CPU)
+SIM_DIMS = tuple(SIM_SEEDS)
 
 
 def _seed_row(p, se, alpha, d, s, r, sat):
@@ -354,7 +356,7 @@ def _gaps(alpha, d):
     r = decompose_point(se, res, None, sat)
     assert r["converged"] and r["k_star"] == 2
     raw, deb, same = [], [], []
-    for s in range(SIM_SEEDS):
+    for s in range(SIM_SEEDS[d]):
         row = _seed_row(p, se, alpha, d, s, r, sat)
         S0 = p.task.target.sample(d, rng_for(s, "target"))
         model = model_record(se, res, S0, r["c_inf"], r["k_star"], sat, samples=MODEL_SAMPLES, seed=s)
@@ -399,23 +401,31 @@ def decomposition_gaps():
 @pytest.mark.parametrize("alpha", [0.1, 0.3])
 def test_parts_match_simulations(alpha, torch_one_thread, decomposition_gaps):
     """Spikes 6, 5 on an MP(0.5) bulk (outliers, a fitted bulk and a null space: every part present), Delta = 0.5,
-    lambda = 0.01, T = 2; proximal ERM (the exact minimiser), 4 seeds, the SE at the same d (both spikes
-    recovered). At d = 400 every part of the *debiased* estimator (decompose_matrices(debias=True), the over/under
-    split's O(1/d) bias removed to first order) agrees with the SE: the large parts (under, mismatch, MSE, e(q, m))
-    within 3 s.e. + 2 %, the approx and over parts within 3 s.e. + 10 % + 5e-4. The raw estimator's gaps at
-    d = 100, 200, 400 are printed with their weighted 1/d fit (docs/theory/decomposition.md section 7)."""
+    lambda = 0.01, T = 2; proximal ERM (the exact minimiser), 12 seeds at d = 100, 200 and 4 at d = 400, the SE at
+    the same d (both spikes recovered). Uncached about 1.5 h on a loaded 2-core CPU, 1-2 min from the cache
+    (TIEDATTENTION_SIM_CACHE). At d = 400 every part of the *debiased* estimator (decompose_matrices(debias=True),
+    the over/under split's O(1/d) bias removed to first order) agrees with the SE: the large parts (under, mismatch,
+    MSE, e(q, m)) within 3 s.e. + 2 %, the approx and over parts within 3 s.e. + 10 % + 5e-4. The raw estimator's
+    over gaps (E_over, E_over_clean, mse_over, dist_over against the SE) at d = 100, 200, 400 extrapolate to 0
+    within 3 s.e. (weighted fit a + b/d; every fit printed, docs/theory/decomposition.md section 7)."""
     pytest.importorskip("torch")
     table = {d: decomposition_gaps(alpha, d) for d in SIM_DIMS}
+    not_closing = []
     for key in SIM_OVER + ("E_under", "E_approx", "e_test_qm"):
         for tag in ("raw", "debiased", "same_d"):
             g = [table[d][1][tag][key] for d in SIM_DIMS]
             a, se_a, chi2 = _fit_inverse_d(SIM_DIMS, [x[0] for x in g], [x[1] for x in g])
-            print(f"alpha={alpha} {tag:8s} {key:16s} gaps " + ", ".join(f"{m:+.5f}+-{e:.5f}" for m, e in g)
-                  + f"  1/d intercept {a:+.5f}+-{se_a:.5f} (chi2 {chi2:.1f}, 1 dof)")
+            line = (f"alpha={alpha} {tag:8s} {key:16s} gaps " + ", ".join(f"{m:+.5f}+-{e:.5f}" for m, e in g)
+                    + f"  1/d intercept {a:+.5f}+-{se_a:.5f} (chi2 {chi2:.1f}, 1 dof)")
+            print(line)
+            if tag == "raw" and key in SIM_OVER and abs(a) > 3 * se_a:
+                not_closing.append(line)
     r, gaps = table[400]
     lines, bad = _misses(r, gaps, alpha, 400, "debiased")
     print("\n".join(lines))
     assert not bad, bad
+    # the raw over gaps close with d: their 1/d extrapolation is 0 within 3 s.e.
+    assert not not_closing, not_closing
 
 
 @pytest.mark.slow
