@@ -38,7 +38,8 @@ l(y) = s f(y), xi(y) = y - 2 delta^2 Re g_delta(y) and a(y) = delta^2 - u^2 - v^
 u + i v = omega(y) is the subordination point (u = y - delta^2 Re g_delta, v = pi delta^2 rho_delta(y)): these
 are the moments of the eigenvector overlap density O(x, y) = delta^2/|x - omega(y)|^2 of Y's eigenvectors with
 S0's. The finite-d estimator :func:`decompose_matrices` computes the same sums from S_hat and S0 by
-diagonalisation.
+diagonalisation (``debias=True``: the O(1/d) bias of its over/under split removed to first order);
+:func:`model_record` applies it to the SE's own finite-d model s f(S0 + delta Z), the same-d theory.
 """
 
 from __future__ import annotations
