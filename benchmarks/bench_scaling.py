@@ -21,7 +21,8 @@ Exponent table (docs/theory/scaling.md section 6):
 writes every curve's points (JSON Lines, one object per point with gamma, d, rule) and prints, per (gamma, d), the
 exponent fitted where 3 <= k* <= d/4, with its 95 % OLS interval, the last 8 points' exponent, the exponent on the
 fixed window ``--fixed-window`` (nu in [1e2, 1e5]: the same points at every d) with its k* range, the number of
-points, the k* range and the time.
+points, the k* range, how many points the fast route solved, how many the T = 2 QMC re-solve replaced (records:
+``quadrature``, ``branch_share``), the time and the load average at the end of the curve.
 """
 
 from __future__ import annotations

@@ -509,7 +509,7 @@ def _window_fit(gamma, d, rule, nu_lo, nu_hi, per_decade=4):
 def test_finite_d_optimal_exponent_approaches_the_limit_with_d():
     """gamma = 1.25, optimal lambda, fit window 3 <= k* <= d/4 (docs/theory/scaling.md section 6): the fitted
     exponent lies above f = 0.6 and decreases towards it as d grows (the section 6.2 table, 4 points per decade:
-    0.7105 at d = 500, 0.6736 at d = 2000, ν ≤ 1e7; this test runs 3 per decade)."""
+    0.7105 at d = 500, 0.6733 at d = 2000, ν ≤ 1e7; this test runs 3 per decade)."""
     f500 = _window_fit(1.25, 500, LamRule("optimal"), 2.0, 1e7, per_decade=3)
     f2000 = _window_fit(1.25, 2000, LamRule("optimal"), 2.0, 1e7, per_decade=3)
     assert 0.6 < f2000 < f500 - 0.01
