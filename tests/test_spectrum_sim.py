@@ -114,15 +114,22 @@ def test_learned_spectrum_against_training_mp(alpha, torch_one_thread):
     assert ks < 0.05
 
 
+_DIRECT_BIAS = pytest.mark.xfail(
+    reason="AIM finite-size bias: d = 100 training sits 2.6 s.e. above the SE (0.09292 +- 0.00094 against 0.09049), "
+    "the sign and size of the O(1/d) excess that extrapolates away at alpha = 0.5 and that the Gaussian-design "
+    "control removes (docs/theory/spectra.md, status list)", strict=False)
+
+
 @pytest.mark.parametrize(
     "model,kappa,alpha",
     [("factorized", 0.25, 0.1), ("factorized", 0.25, 0.5), ("factorized", 0.25, 4.0),
-     ("direct", 1.0, 0.1), ("direct", 1.0, 2.0)],
+     ("direct", 1.0, 0.1), pytest.param("direct", 1.0, 2.0, marks=_DIRECT_BIAS)],
 )
 def test_narrow_and_direct_test_error_against_training(model, kappa, alpha, torch_one_thread):
     """kappa = 0.25 < kappa0 = 0.5 (the rank constraint binds) and the direct (ridge) model: SE test error
-    within two standard errors of d = 100 training (8 seeds). The direct model at alpha = 0.5 is checked by
-    extrapolation below."""
+    within two standard errors of d = 100 training (8 seeds), plus the SE's own quadrature error estimate (no
+    other allowance). The direct model at alpha = 0.5 is checked by extrapolation below; at alpha = 2 it misses
+    by 2.6 s.e. (expected failure, reason in the mark)."""
     p = Problem.from_options(target="mp:0.5", kappa=kappa, model=model)
     res = StateEvolution(p).solve(alpha)
     assert res.converged
@@ -130,7 +137,7 @@ def test_narrow_and_direct_test_error_against_training(model, kappa, alpha, torc
     sem = rec["test_error_sem"]
     print(f"{model} kappa={kappa} alpha={alpha}: simulation {rec['test_error_mean']:.5f} +- {sem:.5f}, "
           f"SE {res.test_error:.5f}, z = {(rec['test_error_mean'] - res.test_error) / sem:+.2f}")
-    assert abs(rec["test_error_mean"] - res.test_error) <= 2 * sem + 1e-3
+    assert abs(rec["test_error_mean"] - res.test_error) <= 2 * sem + res.errors.get("test_error", 0.0)
 
 
 def test_direct_model_alpha_half_is_the_large_d_limit(torch_one_thread):
