@@ -180,16 +180,20 @@ class StrongModeError:
 @lru_cache(maxsize=4)  # 2^15 points x 44 dims x 8 replicas is ~90 MB
 def _sobol_normals(dim: int, log2n: int, replicas: int, seed: int) -> tuple[np.ndarray, ...]:
     """``replicas`` scrambled Sobol' sets (2^log2n points, fixed seeds), mapped to N(0, I_dim)."""
-    from scipy.stats import qmc
-
     out = []
     for r in range(replicas):
-        sob = qmc.Sobol(d=dim, scramble=True, seed=np.random.default_rng([seed, dim, r]))
-        u = np.clip(sob.random_base2(log2n), 2.0**-60, 1.0 - 2.0**-53)
-        x = ndtri(u)
+        x = _sobol_replica(dim, log2n, seed, r)
         x.setflags(write=False)
         out.append(x)
     return tuple(out)
+
+
+def _sobol_replica(dim: int, log2n: int, seed: int, r: int) -> np.ndarray:
+    """Replica r: 2^log2n scrambled Sobol' points (seed [seed, dim, r]) mapped to N(0, I_dim)."""
+    from scipy.stats import qmc
+
+    sob = qmc.Sobol(d=dim, scramble=True, seed=np.random.default_rng([seed, dim, r]))
+    return ndtri(np.clip(sob.random_base2(log2n), 2.0**-60, 1.0 - 2.0**-53))
 
 
 def _sobol_replicas(dim: int, log2n: int, replicas: int, seed: int):
@@ -198,11 +202,8 @@ def _sobol_replicas(dim: int, log2n: int, replicas: int, seed: int):
     if dim * 2**log2n * replicas <= 2**25:
         yield from _sobol_normals(dim, log2n, replicas, seed)
         return
-    from scipy.stats import qmc
-
     for r in range(replicas):
-        sob = qmc.Sobol(d=dim, scramble=True, seed=np.random.default_rng([seed, dim, r]))
-        yield ndtri(np.clip(sob.random_base2(log2n), 2.0**-60, 1.0 - 2.0**-53))
+        yield _sobol_replica(dim, log2n, seed, r)
 
 
 def _admissible(q0r: float, qr: float, mr: float, qz: float) -> tuple[float, float, float, float]:
@@ -220,6 +221,15 @@ def _admissible(q0r: float, qr: float, mr: float, qz: float) -> tuple[float, flo
         moved += abs(mr) - lim
         mr = math.copysign(lim, mr)
     return q0r, qr, mr, moved
+
+
+def _remainder_pair(zt: np.ndarray, zs: np.ndarray, qz: float, qr: float, mr: float) -> tuple[np.ndarray, np.ndarray]:
+    """Teacher and student remainder logits (a, b) from independent standard normals (zt, zs): Var a = qz,
+    Var b = qr, Cov(a, b) = mr (qz = Q0_r, + Delta/2 for noisy labels)."""
+    a = math.sqrt(qz) * zt
+    if qz > 0:
+        return a, (mr / qz) * a + math.sqrt(max(qr - mr * mr / qz, 0.0)) * zs
+    return a, math.sqrt(max(qr, 0.0)) * zs
 
 
 def _integrand(x: np.ndarray, modes: StrongModes, tokens: int, beta: float, beta0: float, noise: float,
@@ -247,12 +257,7 @@ def _integrand(x: np.ndarray, modes: StrongModes, tokens: int, beta: float, beta
             H += modes.ell[i] * (gh[:, :, None] * gh[:, None, :] - eye)
     qz = q0r + (0.0 if clean else noise / 2.0)
     P = logit_design(T)  # vec D(v) = P v
-    a = math.sqrt(qz) * zt
-    if qz > 0:
-        cond = max(qr - mr * mr / qz, 0.0)
-        b = (mr / qz) * a + math.sqrt(cond) * zs
-    else:
-        b = math.sqrt(max(qr, 0.0)) * zs
+    a, b = _remainder_pair(zt, zs, qz, qr, mr)
     H0 += (a @ P.T).reshape(N, T, T)
     H += (b @ P.T).reshape(N, T, T)
     d = _softmax_rows(beta0 * H0) - _softmax_rows(beta * H)
@@ -521,12 +526,7 @@ class _StationarityPanel:
                 Wh.append(o[j] * blk[:, :K] + math.sqrt(max(1.0 - o[j] ** 2, 0.0)) * blk[:, K:])
         zt = x[:, 2 * k * K : 2 * k * K + K]
         zs = x[:, 2 * k * K + K : 2 * k * K + 2 * K]
-        qz = q0r + task.noise / 2.0
-        a = math.sqrt(qz) * zt
-        if qz > 0:
-            z = (mr / qz) * a + math.sqrt(max(qr - mr * mr / qz, 0.0)) * zs
-        else:
-            z = math.sqrt(max(qr, 0.0)) * zs
+        a, z = _remainder_pair(zt, zs, q0r + task.noise / 2.0, qr, mr)
         z_r = z
         z0 = a
         for j in range(k):
@@ -588,15 +588,10 @@ def outlier_stationarity(problem: Problem, modes: StrongModes, i: int, alpha: fl
         raise ParameterError("replicas", "need log2n >= 4 and replicas >= 2 for an error estimate")
     if not 0 <= int(i) < modes.k:
         raise ParameterError("k", f"mode index {i} outside the {modes.k} explicit modes")
-    m = _solved_modes(modes, int(i))
-    T = problem.task.tokens
-    dim = _stationarity_dim(m.k, T, problem.task.noise_out > 0)
+    f = _Stationarity(problem, _solved_modes(modes, int(i)), int(i), alpha, sigma, 0.0, law, log2n, replicas, seed)
     ells = np.atleast_1d(np.asarray(ells, float))
-    per = np.zeros((int(replicas), ells.size))
-    for r, x in enumerate(_sobol_replicas(dim, int(log2n), int(replicas), int(seed))):
-        panel = _StationarityPanel(problem, m, int(i), x, law)
-        per[r] = [panel.mean(float(v), sigma) for v in ells]
-    return float(alpha) * per.mean(axis=0), float(alpha) * per
+    per = np.array([f.per_replica(float(v)) for v in ells]).reshape(ells.size, int(replicas)).T
+    return per.mean(axis=0), per
 
 
 class _Stationarity:
