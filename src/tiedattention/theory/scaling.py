@@ -712,19 +712,27 @@ def _append_point(out: list, rec: dict[str, Any], res: SEResult, t0: float, prog
         progress()
 
 
+def _check_limit_rule(rule: LamRule | None) -> None:
+    if rule is None or rule.kind == "fixed":
+        raise ParameterError("lam-rule", "a fixed lambda is not a scaling-limit rule (use optimal or power:P)")
+
+
+def _limit_point(sl: ScalingLimit, nu: float, rule: LamRule, init: Any) -> LimitPoint:
+    """The scaling-limit point at nu under an optimal or power:P rule, warm-started from ``init``."""
+    if rule.kind == "optimal":
+        return sl.solve_optimal(nu, init=init)
+    return sl.solve_point(nu, lam_t=rule.value * nu**rule.p, init=init)
+
+
 def limit_curve(problem: Problem, n_over_d, rule: LamRule, progress=None, **options) -> list[dict[str, Any]]:
     """Scaling-limit curve along nu = n/d (d = inf). Records carry lam_t = lambda sqrt(d) instead of lambda."""
-    if rule.kind == "fixed":
-        raise ParameterError("lam-rule", "a fixed lambda is not a scaling-limit rule (use optimal or power:P)")
+    _check_limit_rule(rule)
     sl = ScalingLimit(problem, **options)
     e0, c0 = saturation_error(sl)
     out, prev = [], None
     for nu in sorted(float(v) for v in n_over_d):
         t0 = time.perf_counter()
-        if rule.kind == "optimal":
-            pt = sl.solve_optimal(nu, init=prev)
-        else:
-            pt = sl.solve_point(nu, lam_t=rule.value * nu**rule.p, init=prev)
+        pt = _limit_point(sl, nu, rule, prev)
         res = pt.result
         if res.converged and res.phase == "regular":
             prev = res
@@ -749,8 +757,8 @@ def recovery_kink(problem: Problem, rule: LamRule | None, mode: int, nu_lo: floa
     Returns nu_i, slope_left, slope_right, jump = right - left, k_left/k_right (recovered modes at nu_i e^-h,
     nu_i e^h), ratio = eps_t/tau at nu_i. ``ratio`` (instead of a rule): eps_t = ratio tau at every nu (ratio = 2:
     the optimal rule's boundary optimum, without its search)."""
-    if ratio is None and (rule is None or rule.kind == "fixed"):
-        raise ParameterError("lam-rule", "a fixed lambda is not a scaling-limit rule (use optimal or power:P)")
+    if ratio is None:
+        _check_limit_rule(rule)
     sl = ScalingLimit(problem, **options)
     e0, _ = saturation_error(sl)
     t_i = float(sl.modes.theta(mode)[-1])
@@ -762,10 +770,8 @@ def recovery_kink(problem: Problem, rule: LamRule | None, mode: int, nu_lo: floa
             nu = math.exp(u)
             if ratio is not None:
                 pt = sl.solve_point(nu, ratio=ratio, init=prev[0])
-            elif rule.kind == "optimal":
-                pt = sl.solve_optimal(nu, init=prev[0])
             else:
-                pt = sl.solve_point(nu, lam_t=rule.value * nu**rule.p, init=prev[0])
+                pt = _limit_point(sl, nu, rule, prev[0])
             if not (pt.result.converged and pt.result.phase == "regular"):
                 raise RuntimeError(f"scaling-limit SE not converged at nu = {nu:.6g}: {pt.result.message}")
             prev[0] = pt.result
