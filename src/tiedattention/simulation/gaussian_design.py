@@ -38,7 +38,7 @@ import torch
 
 from ..errors import ParameterError
 from ..problem import Problem
-from .models import seq2lab_loss, sym
+from .models import Objective, seq2lab_loss, sym
 from .sampler import rng_for, softmax_rows, symmetric_noise
 from .trainers import solve_prox
 
@@ -53,6 +53,7 @@ __all__ = [
     "train_gaussian",
     "gaussian_test_errors",
     "gaussian_design_seed",
+    "overlaps",
 ]
 
 
@@ -203,11 +204,9 @@ class GaussianObjective:
     def data_only(self, S: torch.Tensor) -> float:
         return self.loss_of_logits(self.logits_all(S), grad=False)[0]
 
-    def penalty_trace(self, S: torch.Tensor) -> torch.Tensor:
-        return self.lam * torch.diagonal(S).sum() / self.d
-
-    def penalty_ridge(self, S: torch.Tensor) -> torch.Tensor:
-        return self.lam * (S * S).sum() / self.d
+    # the AIM objective's penalties (they read only lam and d)
+    penalty_trace = Objective.penalty_trace
+    penalty_ridge = Objective.penalty_ridge
 
     def value(self, S: torch.Tensor) -> float:
         """The full normalised objective F(S) (trace penalty for the factorised model, ridge for the direct one)."""
@@ -287,5 +286,3 @@ def gaussian_design_seed(problem: Problem, alpha: float, d: int, seed: int, n_te
     row.update(gaussian_test_errors(problem, q, m, Q0, seed, n_test))
     return row
 
-
-__all__ += ["overlaps"]
