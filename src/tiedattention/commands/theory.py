@@ -26,6 +26,9 @@ def theory(
     rs_stability: Annotated[bool, typer.Option(
         "--rs-stability", help="add the RS (AT) stability of each point: rs_at, rs_at_error, rs_switching, rs_stable "
         "(docs/theory/stability.md; ~1-3 s a point)")] = False,
+    finite_d: Annotated[int | None, typer.Option(
+        "--finite-d", help="add the finite-size SE at this dimension (the AIM's design-Gram correction, "
+        "docs/theory/finite_size.md): fd_test_error, fd_train_error, fd_mse, ... (~1-2 min a point)")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Exact high-dimensional prediction (state evolution) along a list of α, warm-started."""
@@ -38,6 +41,8 @@ def theory(
     with cli_errors():
         alphas = sorted(parse_floats(alpha, "alpha"))
         check_dimension(d)
+        if finite_d is not None and finite_d < problem.task.tokens + 1:
+            raise ParameterError("finite-d", f"must be an integer > T = {problem.task.tokens} (got {finite_d})")
         if not tol > 0:
             raise ParameterError("tol", f"must be > 0 (got {tol})")
         options = {"tol": tol}
@@ -52,6 +57,16 @@ def theory(
         if rs_stability:
             for rec in records:
                 rec.update(_rs_fields(problem, rec, d, options.get("channel_options")))
+        if finite_d is not None:
+            from ..theory.finite_size import finite_size_fields
+            from ..theory.state_evolution import StateEvolution
+
+            se = StateEvolution(problem, d=d, **options)
+            with Progress(console=err, transient=True) as bar:
+                job = bar.add_task(f"finite-size SE (d = {finite_d})", total=len(records))
+                for rec in records:
+                    rec.update(finite_size_fields(problem, rec, finite_d, se))
+                    bar.advance(job)
     if json:
         for rec in records:
             emit_json(rec)
@@ -59,7 +74,7 @@ def theory(
     o = problem.options()
     table = Table(title=f"state evolution: {o['target']} Δ={o['noise']} λ={o['lam']} T={o['tokens']}")
     cols = ("α", "ᾱ", "test error", "test (clean)", "train error", "MSE on S", "rank", "conv", "s")
-    for col in cols + (("AT", "switch %") if rs_stability else ()):
+    for col in cols + (("AT", "switch %") if rs_stability else ()) + ((f"test (d={finite_d})",) if finite_d else ()):
         table.add_column(col, justify="right")
     for r in records:
         extra = ((f"{r['rs_at']:.3f}" if r.get('rs_at') is not None else "-",
@@ -70,9 +85,10 @@ def theory(
             f"{r['train_error']:.6f}", f"{r['mse']:.6f}", f"{r['rank']:.4f}", "yes" if r["converged"] else "NO",
             f"{r['seconds']:.2f}",
             *extra,
+            *((f"{r['fd_test_error']:.6f}" if r.get("fd_test_error") is not None else "-",) if finite_d else ()),
         )
     Console().print(table)
-    if not all(r["converged"] for r in records):
+    if not all(r["converged"] and (not finite_d or r["fd_converged"]) for r in records):
         raise typer.Exit(code=1)
 
 
