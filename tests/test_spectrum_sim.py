@@ -117,7 +117,8 @@ def test_learned_spectrum_against_training_mp(alpha, torch_one_thread):
 _DIRECT_BIAS = pytest.mark.xfail(
     reason="AIM finite-size bias: d = 100 training sits 2.6 s.e. above the SE (0.09292 +- 0.00094 against 0.09049), "
     "the sign and size of the O(1/d) excess that extrapolates away at alpha = 0.5 and that the Gaussian-design "
-    "control removes (docs/theory/spectra.md, status list)", strict=False)
+    "control removes (docs/theory/spectra.md, status list); the finite-size SE at d = 100 meets it "
+    "(tests/test_finite_size.py::test_finite_size_se_meets_d100_training)", strict=False)
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..design import design_gram
+from ..design import logit_pairs as pairs
 from ..errors import ParameterError
 from ..problem import Problem
 from .models import Objective, seq2lab_loss, sym
@@ -86,12 +88,6 @@ def smat(u: np.ndarray | torch.Tensor, d: int):
     return S
 
 
-def pairs(T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The K = T(T+1)/2 logit pairs a <= b of a sequence and their scales c_ab (sqrt(2) on the diagonal)."""
-    a, b = np.triu_indices(T)
-    return a, b, np.where(a == b, math.sqrt(2.0), 1.0)
-
-
 @dataclass
 class GaussianDataset:
     """n sequences of the Gaussian-design AIM. B: (n K, d(d+1)/2) sensing vectors (row mu K + k is pair k of
@@ -128,11 +124,21 @@ def gaussian_logits(B: np.ndarray | torch.Tensor, S: np.ndarray | torch.Tensor, 
     return H
 
 
+def _gram_factors(rng: np.random.Generator, n: int, d: int, T: int) -> np.ndarray:
+    """Cholesky factors (n, K, K) of the AIM design Gram matrices of n sequences of fresh tokens (design.py)."""
+    x = rng.standard_normal((n, T, d))
+    return np.linalg.cholesky(design_gram(np.einsum("nad,nbd->nab", x, x), d))
+
+
 def sample_gaussian_design(
-    problem: Problem, n: int, d: int, seed: int, S0: np.ndarray | None = None, chunk: int = 1 << 22
+    problem: Problem, n: int, d: int, seed: int, S0: np.ndarray | None = None, chunk: int = 1 << 22,
+    gram: bool = False,
 ) -> GaussianDataset:
     """Sample n Gaussian-design sequences (seq2lab; see the module docstring). ``chunk``: numbers drawn at once
-    (the data do not depend on it)."""
+    (the data do not depend on it). ``gram``: the Gram-matched design, in which the K sensing vectors of a
+    sequence are mixed, B_mu <- L_mu B_mu with L_mu L_mu^T the AIM's design Gram matrix of fresh tokens
+    (``design.design_gram``; tokens from a fourth stream of ``rng_for(seed, "train")``): Gaussian logits with the
+    AIM's per-sequence Gram fluctuations (theory: ``theory.finite_size``)."""
     task = problem.task
     if task.task != "seq2lab":
         raise ParameterError("task", "the Gaussian design is implemented for seq2lab only")
@@ -144,13 +150,18 @@ def sample_gaussian_design(
     if S0 is None:
         S0 = task.target.sample(d, rng_for(int(seed), "target"))
     S0 = np.asarray(S0, dtype=np.float64)
-    seeds = rng_for(int(seed), "train").integers(0, 2**63 - 1, size=3)
-    rB, rxi, rout = (np.random.default_rng(int(s)) for s in seeds)
+    seeds = rng_for(int(seed), "train").integers(0, 2**63 - 1, size=4)
+    rB, rxi, rout, rgram = (np.random.default_rng(int(s)) for s in seeds)
     K, D = T * (T + 1) // 2, d * (d + 1) // 2
     B = np.empty((n * K, D))
     rows = max(1, chunk // D)
     for lo in range(0, n * K, rows):  # sequential draws of one generator: independent of the chunk size
         rB.standard_normal(out=B[lo : lo + rows])
+    if gram:
+        B3 = B.reshape(n, K, D)
+        for lo in range(0, n, 4096):
+            sl = slice(lo, min(n, lo + 4096))
+            B3[sl] = np.einsum("nkl,nld->nkd", _gram_factors(rgram, B3[sl].shape[0], d, T), B3[sl])
     h0 = gaussian_logits(B, S0, T)
     xi = symmetric_noise(rxi, n, T)
     y = softmax_rows(task.beta0 * (h0 + math.sqrt(task.noise) * xi))
@@ -232,10 +243,14 @@ def train_gaussian(problem: Problem, data: GaussianDataset, seed: int = 0, **opt
 
 
 def gaussian_test_errors(
-    problem: Problem, q: float, m: float, Q0: float, seed: int, n_test: int = 200_000, chunk: int = 50_000
+    problem: Problem, q: float, m: float, Q0: float, seed: int, n_test: int = 200_000, chunk: int = 50_000,
+    gram: bool = False, d: int | None = None,
 ) -> dict[str, float]:
     """Test errors of a student with overlaps (q, m) against a teacher of norm Q0 on fresh Gaussian-design logits
-    (exact law, sampled): test_error(_sem) against noisy labels, test_error_clean(_sem) against clean ones."""
+    (exact law, sampled): test_error(_sem) against noisy labels, test_error_clean(_sem) against clean ones.
+    ``gram`` (needs ``d``): the Gram-matched design's fresh sequences (logits mixed by the AIM's Gram factors)."""
+    if gram and (d is None or int(d) < problem.task.tokens + 1):
+        raise ParameterError("d", f"the Gram-matched test errors need the dimension d > T (got {d!r})")
     task, beta = problem.task, problem.student.beta
     T = task.tokens
     a, b, c = pairs(T)
@@ -248,10 +263,14 @@ def gaussian_test_errors(
     noisy, clean = np.empty(n_test), np.empty(n_test)
     for lo in range(0, n_test, chunk):
         k = min(n_test, lo + chunk) - lo
-        z = rng.standard_normal((2, k, K)) * c
+        z = rng.standard_normal((2, k, K))
+        t0, ts = s0 * z[0], r * z[0] + rest * z[1]
+        if gram:
+            L = _gram_factors(rng, k, int(d), T)
+            t0, ts = np.einsum("nkl,nl->nk", L, t0), np.einsum("nkl,nl->nk", L, ts)
         h0, hs = np.empty((k, T, T)), np.empty((k, T, T))
-        h0[:, a, b] = h0[:, b, a] = s0 * z[0]
-        hs[:, a, b] = hs[:, b, a] = r * z[0] + rest * z[1]
+        h0[:, a, b] = h0[:, b, a] = t0 * c
+        hs[:, a, b] = hs[:, b, a] = ts * c
         xi = symmetric_noise(rng, k, T)
         y = softmax_rows(task.beta0 * (h0 + math.sqrt(task.noise) * xi))
         if task.noise_out > 0:

@@ -51,6 +51,7 @@ import numpy as np
 from scipy import optimize, stats
 from scipy.stats import qmc
 
+from ..design import design_gram
 from ..errors import ParameterError
 from ..problem import Problem
 from .channel import ChannelParams, _logit_fit_matrix, invariant_direction, logit_design, reduced_basis, softmax_loss
@@ -68,37 +69,8 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------------------
-# the AIM's design Gram matrix
+# the AIM's design Gram matrix (design.design_gram) and its law
 # --------------------------------------------------------------------------------------------------
-def _pairs(T: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    a, b = np.triu_indices(T)
-    return a, b, np.where(a == b, math.sqrt(2.0), 1.0)
-
-
-def design_gram(G: np.ndarray, d: int) -> np.ndarray:
-    """Normalised Gram matrices Gamma (N, K, K) of the AIM sensing matrices of N sequences from their token Gram
-    matrices G = X X^T (N, T, T) at dimension d (see the module docstring; E Gamma = I exactly).
-
-    <M_ab, M_ce>_F = (G_ac G_be + G_ae G_bc)/2 - [a=b] G_ce - [c=e] G_ab + [a=b][c=e] d."""
-    G = np.asarray(G, dtype=float)
-    T = G.shape[-1]
-    a, b, c = _pairs(T)
-    K = a.size
-    Dd = d * (d + 1) / 2.0
-    P = np.empty(G.shape[:-2] + (K, K))
-    for k in range(K):
-        for l in range(K):
-            v = 0.5 * (G[..., a[k], a[l]] * G[..., b[k], b[l]] + G[..., a[k], b[l]] * G[..., b[k], a[l]])
-            if a[k] == b[k]:
-                v = v - G[..., a[l], b[l]]
-            if a[l] == b[l]:
-                v = v - G[..., a[k], b[k]]
-            if a[k] == b[k] and a[l] == b[l]:
-                v = v + d
-            P[..., k, l] = v
-    return P / (Dd * np.outer(c, c))
-
-
 def wishart_tokens(u: np.ndarray, d: int, T: int) -> np.ndarray:
     """Token Gram matrices G = X X^T ~ Wishart_T(d, I) (N, T, T) from uniforms u (N, T(T+1)/2) by Bartlett's
     decomposition G = A A^T: A_ii^2 ~ chi^2_{d-i} (i = 0..T-1), A_ij ~ N(0, 1) (i > j)."""
