@@ -237,25 +237,35 @@ class FiniteSizeChannel:
         h = np.where(pick_b[:, None], hb, ha)
         return h, max(ra, rb), max(ia, ib)
 
-    def _moments_on(self, nd: _Nodes, alpha: float, q: float, m: float, sigma: float) -> dict[str, float]:
-        z, z0n, s = self._fields(nd, q, m)
-        y, Y0 = self._labels(nd, z0n)
-        K = self.K
+    def _conjugates(self, alpha: float, z: np.ndarray, z0n: np.ndarray, Gi: np.ndarray, Gamma: np.ndarray,
+                    sigma: float, out: np.ndarray | None) -> dict[str, float]:
+        """Channel moments from cavity fields z, noisy teacher fields z0n (N, K), the prox metric Gi/sigma
+        (Gi = Sigma C^{-1}: Gamma^{-1} for the Gram channel) and the sensing Gram Gamma (N, K, K)."""
         if sigma <= 0:
             raise ParameterError("sigma", f"must be > 0 (got {sigma!r})")
-        h, resid, iters = self._prox(z, nd.Gi, y, sigma)
-        loss, grad, hess = softmax_loss(h, y, self.params.beta, self.T)
-        g = np.einsum("nkl,nl->nk", nd.Gi, h - z) / sigma
-        Gamma = np.einsum("nkl,nml->nkm", nd.L, nd.L)
-        M = nd.Gi / sigma + hess
-        Minv = np.linalg.inv(M)
-        _, J = _softmax_jacobian(h, self.params.beta, self.T)
+        p, K = self.params, self.K
+        y0, Y0 = _softmax_jacobian(z0n, p.beta0, self.T)
+        y = y0 if out is None else y0 + math.sqrt(p.noise_out) * out.reshape(y0.shape)
+        h, resid, iters = self._prox(z, Gi, y, sigma)
+        loss, _, hess = softmax_loss(h, y, p.beta, self.T)
+        Ci = Gi / sigma
+        g = np.einsum("nkl,nl->nk", Ci, h - z)
+        Minv = np.linalg.inv(Ci + hess)
+        _, J = _softmax_jacobian(h, p.beta, self.T)
+        GC = Gamma @ Ci
         q_hat = np.einsum("nk,nkl,nl->n", g, Gamma, g)
-        sig_hat = (K - np.einsum("nkl,nlk->n", Minv, nd.Gi) / sigma) / sigma
-        m_hat = 2.0 * np.einsum("nkl,nml,nmk->n", Minv, J, Y0) / sigma
-        out = {"q_hat": 2 * alpha * q_hat.mean(), "m_hat": 2 * alpha * m_hat.mean(),
-               "sigma_hat": 2 * alpha * sig_hat.mean(), "train_error": loss.mean(),
-               "prox_residual": resid, "prox_iterations": iters}
+        sig_hat = np.einsum("nkk->n", GC) - np.einsum("nkl,nlk->n", GC @ Minv, Ci)
+        m_hat = 2.0 * np.einsum("nkl,nlk->n", GC @ Minv, np.swapaxes(J, 1, 2) @ Y0)
+        del K
+        return {"q_hat": 2 * alpha * q_hat.mean(), "m_hat": 2 * alpha * m_hat.mean(),
+                "sigma_hat": 2 * alpha * sig_hat.mean(), "train_error": loss.mean(),
+                "prox_residual": resid, "prox_iterations": iters, "_g": g}
+
+    def _moments_on(self, nd: _Nodes, alpha: float, q: float, m: float, sigma: float) -> dict[str, float]:
+        z, z0n, s = self._fields(nd, q, m)
+        Gamma = np.einsum("nkl,nml->nkm", nd.L, nd.L)
+        out = self._conjugates(alpha, z, z0n, nd.Gi, Gamma, sigma, nd.out)
+        g = out.pop("_g")
         if s > 0:
             out["m_hat_stein"] = 2 * alpha * np.einsum("nk,nkl,nl->n", g, nd.L, nd.eta).mean() / s
         return out
