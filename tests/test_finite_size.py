@@ -166,3 +166,22 @@ def test_gram_matched_design_meets_finite_size_se(model, torch_one_thread):
           f"({(mean - fd.se['test_error']) / sem:+.2f})")
     assert abs(mean - fd.test_error) <= 2 * sem + fd.errors["test_error"]
     assert fd.test_error > fd.se["test_error"]
+
+
+def test_cli_finite_d_bad_input_and_non_regular_points():
+    """`theory --finite-d`: a dimension <= T is one error line naming the option (exit 2); at a lambda -> 0+
+    interpolating point the fd_* fields are null with a message and the exit status stays 0."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    runner = CliRunner()
+    bad = runner.invoke(app, ["theory", "--alpha", "0.5", "--finite-d", "2"])
+    assert bad.exit_code == 2 and "--finite-d" in bad.output and len(bad.output.strip().splitlines()) == 1
+    ok = runner.invoke(app, ["theory", "--alpha", "0.05", "--lam", "0", "--finite-d", "100", "--json"])
+    assert ok.exit_code == 0, ok.output
+    rec = json.loads(ok.output.strip().splitlines()[-1])
+    assert rec["phase"] == "interpolating" and rec["fd_converged"] is None and rec["fd_test_error"] is None
+    assert "not computed" in rec["fd_message"] and rec["fd_d"] == 100

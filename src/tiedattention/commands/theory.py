@@ -88,7 +88,7 @@ def theory(
             *((f"{r['fd_test_error']:.6f}" if r.get("fd_test_error") is not None else "-",) if finite_d else ()),
         )
     Console().print(table)
-    if not all(r["converged"] and (not finite_d or r["fd_converged"]) for r in records):
+    if not all(r["converged"] and r.get("fd_converged") is not False for r in records):
         raise typer.Exit(code=1)
 
 

@@ -401,11 +401,11 @@ def finite_size_fields(problem: Problem, record: dict[str, Any], d: int, se: Sta
     """``fd_*`` fields of one ``theory`` record (its SE point re-solved warm by ``se``): the finite-size SE at
     dimension d (``fd_d``, ``fd_test_error``, ``fd_test_error_clean``, ``fd_train_error``, ``fd_mse``, ``fd_q``,
     ``fd_m``, ``fd_sigma``, ``fd_converged``, ``fd_iterations``, ``fd_residual``, ``fd_seconds``,
-    ``fd_message``, ``fd_err_test_error``); None values with a message where the SE point is not regular."""
+    ``fd_message``, ``fd_err_test_error``); None values (fd_converged too) with a message where the SE point is
+    not a regular converged point (lambda -> 0+ phases, S_hat = 0)."""
     out: dict[str, Any] = {"fd_d": int(d), **{f"fd_{k}": None for k in FIELDS}, "fd_err_test_error": None}
-    if not record.get("converged") or record.get("phase") != "regular":
-        out["fd_converged"] = False
-        out["fd_message"] = "not computed: the SE point is not a regular converged point"
+    if not record.get("converged") or record.get("phase") != "regular":  # (fd_converged stays None)
+        out["fd_message"] = f"not computed: the SE point is not a regular converged point ({record.get('phase')})"
         return out
     base = se.solve(record["alpha"], init=np.array([record["q"], record["m"], record["sigma"]]))
     res = solve_finite_size(problem, record["alpha"], d, se=se, se_result=base)
