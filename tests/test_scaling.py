@@ -369,6 +369,88 @@ def test_fast_optimal_search_redone_where_the_vertex_check_fails(curve100):
     assert out[math.inf][1:] == (0, 0) and out[math.inf][0] > r["test_error"] * (1 + 1e-4)
 
 
+def _plain_scan_min(problem, d, alpha, loglams):
+    """Brute force: exact (plain-route) SE test errors at the log-lambda points, each warm started from the
+    previous one; returns the lowest point (log lambda, test error) and the vertex value of the parabola through
+    it and its two neighbours (the grid's minimum to second order)."""
+    from tiedattention.theory.state_evolution import StateEvolution
+
+    errs, prev = [], None
+    for v in loglams:
+        res = StateEvolution(problem.replace_student(lam=math.exp(v)), d=d).solve(alpha, init=prev)
+        ok = res.converged and res.phase == "regular"
+        errs.append(res.test_error if ok else math.inf)
+        prev = res if ok else prev
+    i = int(np.argmin(errs))
+    assert 0 < i < len(errs) - 1, "the brute-force window must contain the minimum"
+    (a, b, c), (ea, eb, ec) = loglams[i - 1 : i + 2], errs[i - 1 : i + 2]
+    curv = (ea - 2 * eb + ec) / (b - a) ** 2  # (equal spacing)
+    slope = (ec - ea) / (c - a)
+    return (loglams[i], eb), eb - 0.5 * slope * slope / curv
+
+
+def test_fast_optimal_basin_scan_not_triggered_at_a_single_basin(curve100):
+    """A walk that ends in a bracket curved more than flat_tol (2e-3 of the excess, per unit log lambda squared)
+    does not run the basin scan, and returns the result of the search without the scan (to 1e-10: the same code
+    path). The curve's own points did not trigger it either."""
+    assert not any(r["search_scan"] for r in curve100)
+    r = curve100[0]
+    x = np.array([r["q"], r["m"], r["sigma"]])
+    out = {}
+    for scan in (True, False):
+        res, info = FastFiniteD(_problem(), D_CURVE).solve_optimal(r["alpha"], x, math.log(r["lam"]) + 0.3,
+                                                                   delta0=r["delta"], scan=scan)
+        out[scan] = (res, info)
+    (a, ia), (b, ib) = out[True], out[False]
+    assert ia["scan"] is False and ia["scan_trials"] == 0 and ia["basin"] == "walk"
+    assert ia["bracketed"] and ia["depth"] > 2e-3
+    for key in ("test_error", "q", "m", "sigma", "delta", "eps"):
+        assert getattr(a, key) == pytest.approx(getattr(b, key), rel=1e-10, abs=0), key
+    assert ia["loglam"] == pytest.approx(ib["loglam"], rel=1e-10, abs=0)
+
+
+def test_fast_optimal_basin_scan_finds_the_minimum_a_stopped_walk_misses():
+    """d = 60, nu = 20, the walk started at lambda = 0.01 with steps of 0.05 in log lambda on interpolated trials
+    (the exact redos off): its 12 steps end short of the minimum without a bracket (measured: lambda 0.018, test
+    error 0.13855). The basin scan (exact SE on the default grid 1e-7 ... 10, 2 per decade) finds the lower
+    basin and the exact walk from there returns lambda = 0.0916, test error 0.1145026 (the curve's own optimum at
+    this point: 0.1145030 at 0.0911), equal to the minimum of a brute-force plain scan of log lambda (step 0.1
+    over [0.03, 0.3], and the parabola through its lowest three points) to 1e-6 relative, and not above the
+    brute force's lowest point."""
+    d, nu = 60, 20.0
+    p = _problem()
+    from tiedattention.theory.state_evolution import StateEvolution
+
+    start = StateEvolution(p.replace_student(lam=0.01), d=d).solve(nu / d)
+    res, info = FastFiniteD(p, d).solve_optimal(nu / d, start.x, math.log(0.01), h=0.05, delta0=start.delta,
+                                                renode_tol=math.inf, bias_tol=math.inf)
+    assert info["scan"] and not info["bracketed"] and info["basin"] == "scan" and info["scan_trials"] >= 10
+    assert info["walk"][1] > res.test_error * 1.1  # the walk alone: 21 % higher
+    (v_bf, e_bf), e_vertex = _plain_scan_min(p, d, nu / d, np.arange(math.log(0.2), math.log(0.045), -0.1))
+    assert res.test_error <= e_bf * (1 + 1e-9)
+    assert res.test_error == pytest.approx(e_vertex, rel=5e-6)
+    assert info["loglam"] == pytest.approx(v_bf, abs=0.1)
+
+
+@pytest.mark.slow
+def test_fast_optimal_basin_scan_on_a_curve_started_on_the_lambda_to_zero_side():
+    """The reproduced failure (docs/theory/scaling.md section 6.2): d = 500, gamma = 1.25, a curve nu = 2, 20. The
+    first point's optimum lies on the lambda -> 0 side (1.3e-5); the second point's walk starts from lambda
+    continued from it (4.2e-5) and its exact walk ends 12 steps later without a bracket (measured: lambda 0.017,
+    test error 0.132663). The basin scan finds lambda = 0.044, 0.126799 (4.6 % lower), equal to the minimum of a
+    brute-force plain scan of log lambda (step 0.1, parabola through the lowest three) to 1e-6. ~3 min."""
+    d = 500
+    p = _problem()
+    recs = finite_d_curve(p, d, np.array([2.0, 20.0]) / d, LamRule("optimal"))
+    r = recs[1]
+    assert r["route"] == "fast" and r["search_scan"] and r["search_basin"] == "scan"
+    assert r["search_walk_test_error"] > r["test_error"] * 1.04
+    (v_bf, e_bf), e_vertex = _plain_scan_min(p, d, r["alpha"], np.arange(math.log(0.15), math.log(0.015), -0.1))
+    assert r["test_error"] <= e_bf * (1 + 1e-9)
+    assert r["test_error"] == pytest.approx(e_vertex, rel=5e-6)
+    assert math.log(r["lam"]) == pytest.approx(v_bf, abs=0.1)
+
+
 @pytest.mark.slow
 def test_fast_optimal_against_plain_brent():
     """The fast route's optimum is not above the plain route's Brent minimum (xatol 0.03 in log lambda) by more

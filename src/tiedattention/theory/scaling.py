@@ -356,11 +356,26 @@ class _Nodes:
     def last_delta(self) -> float:
         return math.sqrt(self.nodes[-1][0])
 
+    #: beyond this many node gaps from the last node the pair's cubic is not used, only the last node's tangent
+    FAR = 4.0
+
+    def far(self, t: float) -> bool:
+        """Whether t lies more than FAR gaps |t_last - t_other| from the last node (or there is one node). The
+        cubic through two nodes a tiny gap apart (the last two nodes of a converged solve: the gap is the last
+        outer step) extrapolates their derivatives' difference quotient, quadrature noise over the gap, and is
+        garbage a few per cent away: a later solve from there (an exact search trial, another lambda) failed
+        its 80 iterations on it and went to the plain solver (d = 60, nu = 20: 5 of 6 trials 0.25 apart in log
+        lambda, ~2 s each instead of ~0.3 s)."""
+        if len(self.nodes) == 1:
+            return True
+        ta, tb = self.nodes[-1][0], self.nodes[0][0]
+        return abs(t - ta) > self.FAR * abs(ta - tb)
+
     def at(self, delta: float, eps: float):
         t = delta * delta
         ta, fa = self.nodes[-1]
         a = fa.at(eps)
-        if t == ta or len(self.nodes) == 1:
+        if t == ta or self.far(t):
             vals = a.values() + (t - ta) * a.d_t()
             return vals, a
         tb, fb = self.nodes[0]
@@ -402,6 +417,7 @@ class FastFiniteD(StateEvolution):
         self.ratio: float | None = None
         self.lam = problem.student.lam
         self.channel_calls = 0
+        self._e0: float | None = None  # saturation error (the basin scan's flatness scale), computed when needed
 
     @staticmethod
     def check_applies(problem: Problem) -> None:
@@ -480,7 +496,7 @@ class FastFiniteD(StateEvolution):
             return math.inf
         t = delta * delta
         g = abs(t / self.nodes.nodes[-1][0] - 1.0)
-        if len(self.nodes.nodes) == 1:
+        if self.nodes.far(t):  # (the tangent at the last node: _Nodes.at)
             return g * g
         h = abs(self.nodes.nodes[-1][0] / self.nodes.nodes[0][0] - 1.0)
         return g * g * (g + h) ** 2
@@ -532,7 +548,8 @@ class FastFiniteD(StateEvolution):
     # the optimal lambda ----------------------------------------------------------------------------
     def solve_optimal(self, alpha: float, x0: np.ndarray, v0: float, h: float = 0.25, delta0: float | None = None,
                       search_tol: float = 1e-8, var: str = "loglam", r_min: float = 1e-3, exact_trials: bool = False,
-                      renode_tol: float = 0.1, bias_tol: float = 0.25) -> tuple[SEResult | None, dict]:
+                      renode_tol: float = 0.1, bias_tol: float = 0.25, scan: bool = True, flat_tol: float = 2e-3,
+                      scan_grid: tuple[float, float, float] = (1e-7, 10.0, 2.0)) -> tuple[SEResult | None, dict]:
         """Minimise the test error over v = log lambda (``var="loglam"``) or r = eps/delta (``var="ratio"``) at
         alpha, then solve the exact SE at the minimiser.
 
@@ -543,7 +560,26 @@ class FastFiniteD(StateEvolution):
         the search moves the reported test error at second order only; the returned point is the exact SE.
         log lambda is the better variable where the optimal lambda is small (small n: as lambda -> 0+ the ratio
         eps/delta tends to a positive limit, so r resolves that end badly). ``exact_trials``: every trial is an
-        exact SE point (its own nodes; for a first point, whose single node is far from most trials)."""
+        exact SE point (its own nodes; for a first point, whose single node is far from most trials).
+
+        **Basin scan** (``scan``, log lambda only): the walk finds the minimum of the basin it starts in. Below
+        k* ~ 7 the test error is nearly flat as lambda -> 0+ (the interpolating phase), and a walk started there
+        (lambda continued from points on that side) takes steps whose gain is below any tolerance and can run
+        out of steps far from the minimum. So where the walk ends without a bracket (the middle trial not the
+        lowest after 12 steps), or in a flat one (its curvature (min(e_lo, e_hi) - e_mid)/h^2 below ``flat_tol``
+        times the excess e_mid - e_0 over the saturation error of :func:`saturation_error`: 2e-3, i.e. a depth
+        of 1.25e-4 of the excess at h = 0.25; measured along a d = 2000, gamma = 1.25 curve: 2e-4 - 9e-4 on the
+        lambda -> 0 side, 2.4e-3 at the crossover nu = 16, 0.02 - 0.8 beyond),
+        or where the exact point is missing, the exact SE is solved on a fixed grid of lambda (``scan_grid`` =
+        (lo, hi, points per decade), log-spaced, always including the walk's own end), outward from the walk's
+        end, each grid point warm started from its neighbour (a side stops after two failed points in a row:
+        S_hat = 0 at large lambda). If the grid's lowest point is lower than the walk's result (another basin, or
+        the same one far from where the walk stopped), the exact walk and vertex are redone from there and the
+        lower of the two results is returned; otherwise the walk's result is returned unchanged. ``info``:
+        ``scan`` (ran), ``scan_trials``, ``scan_min`` ((log lambda, test error) of the grid's lowest point),
+        ``basin`` ("walk": the walk's result kept; "scan": the result of the walk from the grid's minimum),
+        ``bracketed``, ``depth`` (the bracket's curvature relative to the excess), ``walk`` ((log lambda, test
+        error) of the walk's own result before any scan)."""
         self.nodes.clear()
         if delta0 is None:
             ch = self.channel.moments(alpha, *x0)
@@ -573,19 +609,25 @@ class FastFiniteD(StateEvolution):
             w = (r - near[0]) / (near[0] - near[1])
             return np.exp(np.log(xa) + w * (np.log(xa) - np.log(xb)))
 
+        def plain_at(v: float, start: np.ndarray) -> SEResult | None:
+            """The exact SE at log lambda = v by the plain solver (a grid point of the basin scan: 1.15 apart in
+            log lambda, too far from the nodes for the fast solve, which failed at most of them in a test at
+            d = 500 and cost more where it did not)."""
+            plain = StateEvolution(self.problem.replace_student(lam=math.exp(v)), d=self._d, **self._options)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConvergenceWarning)
+                    res_v = plain.solve(alpha, init=start)
+            except ValueError:  # a start the channel refuses (d = 8000, nu = 21.5: m = nan): a failed trial
+                return None
+            return res_v if res_v.phase == "regular" else None
+
         def exact_at(v: float, start: np.ndarray) -> SEResult | None:
             """The exact SE at v: the fast solve, else (log lambda) the plain solver from the same start."""
             set_var(v)
             res_v = self.solve_fixed(alpha, start)
             if (res_v is None or not res_v.converged) and var == "loglam":
-                plain = StateEvolution(self.problem.replace_student(lam=math.exp(v)), d=self._d, **self._options)
-                try:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", ConvergenceWarning)
-                        res_v = plain.solve(alpha, init=start)
-                except ValueError:  # a start the channel refuses (d = 8000, nu = 21.5: m = nan): a failed trial
-                    return None
-                res_v = res_v if res_v.phase == "regular" else None
+                res_v = plain_at(v, start)
             return res_v
 
         def ev(r: float) -> float:
@@ -683,6 +725,55 @@ class FastFiniteD(StateEvolution):
                 res = exact_at(r_star, start_for(r_star))
         info = {var: r_star, "trials": len(trials), "search": sorted((k, v[0]) for k, v in trials.items()),
                 "renodes": renodes, "node_gap": node_gap, "bias_redo": bias_redo}
+        ok = res is not None and res.converged
+        bracketed = all(math.isfinite(e) for e in (e_lo, e_mid, e_hi)) and e_mid <= e_lo and e_mid <= e_hi
+        depth = math.nan
+        if bracketed:  # relative to the excess e_mid - e_0 (e_0: saturation_error)
+            if self._e0 is None:
+                self._e0 = saturation_error(self)[0]
+            excess = e_mid - self._e0
+            depth = (min(e_lo, e_hi) - e_mid) / (excess if excess > 0 else abs(e_mid)) / (h * h)
+        info.update(bracketed=bracketed, depth=depth, scan=False, scan_trials=0, scan_min=(math.nan, math.nan),
+                    basin="walk", walk=(r_star, res.test_error if ok else math.inf))
+        if not (scan and var == "loglam") or (ok and bracketed and depth >= flat_tol):  # (nan: not bracketed)
+            return res, info
+        # the basin scan (docstring): exact SE points on a fixed log-lambda grid, outward from the walk's end
+        lo_g, hi_g, per = scan_grid
+        step = math.log(10.0) / per
+        k_lo, k_hi = math.ceil(math.log(lo_g) / step - 1e-9), math.floor(math.log(hi_g) / step + 1e-9)
+        grid = sorted({k * step for k in range(k_lo, k_hi + 1)} | {r_star})
+        i0 = grid.index(r_star)
+        found: dict[float, tuple[float, np.ndarray]] = {r_star: (info["walk"][1], res.x if ok else np.asarray(x0))}
+        for side in (range(i0 - 1, -1, -1), range(i0 + 1, len(grid))):
+            fails, prev_v = 0, r_star
+            for i in side:
+                v = grid[i]
+                res_v = plain_at(v, found[prev_v][1])
+                good = res_v is not None and res_v.converged
+                found[v] = (res_v.test_error if good else math.inf, res_v.x if good else found[prev_v][1])
+                if good:
+                    fails, prev_v = 0, v
+                else:
+                    fails += 1
+                    if fails == 2:
+                        break
+        v_best = min(found, key=lambda v: found[v][0])
+        info.update(scan=True, scan_trials=len(found) - 1, scan_min=(v_best, found[v_best][0]))
+        if not found[v_best][0] < info["walk"][1]:  # (the walk's end is the lowest point seen: keep it)
+            return res, info
+        x0 = found[v_best][1]
+        exact_trials = True
+        trials.clear()
+        trials[v_best] = found[v_best]
+        lo, mid, hi, e_lo, e_mid, e_hi = walk(v_best)
+        r_new, _ = vertex()
+        set_var(r_new)
+        res_new = exact_at(r_new, start_for(r_new))
+        if res_new is not None and res_new.converged and (not ok or res_new.test_error < res.test_error):
+            res, r_star = res_new, r_new
+            info.update(basin="scan", loglam=r_new)
+        info["trials"] += len(trials)
+        info["search"] = sorted(info["search"] + [(k, v[0]) for k, v in trials.items()])
         return res, info
 
 
@@ -929,8 +1020,11 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
                 res, info = fast.solve_optimal(alpha, x0, u0, h=0.25 if hist else 0.7, delta0=delta0,
                                                exact_trials=not hist)
                 if not hist and res is not None:  # the first search ran on a node far from some trials: refine
+                    first_info = info  # (its basin scan, if it ran, chose the basin: the refinement stays in it)
                     res, info = fast.solve_optimal(alpha, res.x, info["loglam"], h=0.15, delta0=res.delta,
-                                                   exact_trials=True)
+                                                   exact_trials=True, scan=not first_info["scan"])
+                    if first_info["scan"]:
+                        info.update(scan=True, scan_trials=first_info["scan_trials"], basin=first_info["basin"])
             if res is not None:
                 lam = res.eps * res.m_hat / 2.0
         else:
@@ -961,7 +1055,10 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
                     "route": route_used, "free_convolutions": fast.nodes.built - built0,
                     "channel_calls": fast.channel_calls - calls0, "search_trials": info.get("trials", 0),
                     "search_renodes": info.get("renodes", 0), "search_node_gap": info.get("node_gap", math.nan),
-                    "search_bias_redo": info.get("bias_redo", 0)})
+                    "search_bias_redo": info.get("bias_redo", 0), "search_scan": info.get("scan", False),
+                    "search_scan_trials": info.get("scan_trials", 0), "search_basin": info.get("basin", ""),
+                    "search_depth": info.get("depth", math.nan),
+                    "search_walk_test_error": info.get("walk", (math.nan, math.nan))[1]})
         if outliers:
             rec["outliers"] = modes
         _append_point(out, rec, res, t0, progress)
