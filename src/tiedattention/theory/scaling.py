@@ -574,7 +574,8 @@ class FastFiniteD(StateEvolution):
         lambda -> 0 side, where the fixed point is sensitive and the interpolated trials can make a sharp fake
         bracket that neither check above sees: d = 4000, nu = 20.2, a node 8 % off in t, trials +-0.25 around
         lambda = 5.1e-6 at 0.1433 against exact 0.1320 (and the exact error falls to 0.12985 at lambda = 0.004);
-        along the curves measured the optima on that side lie at 3e-6 - 6e-4, the others above 2e-3),
+        the exact optima measured move continuously from 1e-6 - 4e-4 at the smallest nu to 1.2e-3 (d = 2000,
+        nu = 11.1) and 1e-2 - 1 beyond: the scan covers the points whose walk starts from the plateau side),
         or where the exact point is missing, the exact SE is solved on a fixed grid of lambda (``scan_grid`` =
         (lo, hi, points per decade), log-spaced, always including the walk's own end), outward from the walk's
         end, each grid point warm started from its nearest regular neighbour (S_hat = 0 counts at its constant
