@@ -439,7 +439,7 @@ def test_fast_optimal_basin_scan_on_a_curve_started_on_the_lambda_to_zero_side()
     continued from it (4.2e-5) and its exact walk ends 12 steps later without a bracket (measured: lambda 0.017,
     test error 0.132663). The basin scan finds lambda = 0.044, 0.126799 (4.6 % lower), not above the lowest point
     of a brute-force plain scan of log lambda (step 0.1 over [0.015, 0.15]) and equal to its parabola through the
-    lowest three points to the search's precision (2e-5; measured 8.5e-6 above it). ~2-3 min."""
+    lowest three points to the search's precision (2e-5; measured 8.5e-6 above it). ~1 min."""
     d = 500
     p = _problem()
     recs = finite_d_curve(p, d, np.array([2.0, 20.0]) / d, LamRule("optimal"))
