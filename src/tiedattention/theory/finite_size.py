@@ -243,7 +243,7 @@ class FiniteSizeChannel:
         (Gi = Sigma C^{-1}: Gamma^{-1} for the Gram channel) and the sensing Gram Gamma (N, K, K)."""
         if sigma <= 0:
             raise ParameterError("sigma", f"must be > 0 (got {sigma!r})")
-        p, K = self.params, self.K
+        p = self.params
         y0, Y0 = _softmax_jacobian(z0n, p.beta0, self.T)
         y = y0 if out is None else y0 + math.sqrt(p.noise_out) * out.reshape(y0.shape)
         h, resid, iters = self._prox(z, Gi, y, sigma)
@@ -256,7 +256,6 @@ class FiniteSizeChannel:
         q_hat = np.einsum("nk,nkl,nl->n", g, Gamma, g)
         sig_hat = np.einsum("nkk->n", GC) - np.einsum("nkl,nlk->n", GC @ Minv, Ci)
         m_hat = 2.0 * np.einsum("nkl,nlk->n", GC @ Minv, np.swapaxes(J, 1, 2) @ Y0)
-        del K
         return {"q_hat": 2 * alpha * q_hat.mean(), "m_hat": 2 * alpha * m_hat.mean(),
                 "sigma_hat": 2 * alpha * sig_hat.mean(), "train_error": loss.mean(),
                 "prox_residual": resid, "prox_iterations": iters, "_g": g}
