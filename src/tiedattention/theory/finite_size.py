@@ -54,7 +54,15 @@ from scipy.stats import qmc
 from ..design import design_gram
 from ..errors import ParameterError
 from ..problem import Problem
-from .channel import ChannelParams, _logit_fit_matrix, invariant_direction, logit_design, reduced_basis, softmax_loss
+from .channel import (
+    ChannelParams,
+    _logit_fit_matrix,
+    _softmax_rows,
+    invariant_direction,
+    logit_design,
+    reduced_basis,
+    softmax_loss,
+)
 from .denoisers import matrix_update
 from .state_evolution import SEResult, StateEvolution
 
@@ -93,18 +101,19 @@ def wishart_tokens(u: np.ndarray, d: int, T: int) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------
 def _softmax_jacobian(h: np.ndarray, beta: float, T: int) -> tuple[np.ndarray, np.ndarray]:
     """softmax_row(beta D(h)) (N, T, T) and its Jacobian d vec / dh (N, T*T, K)."""
-    P = logit_design(T)
+    s = _softmax(h, beta, T)
     N = h.shape[0]
-    u = (beta * (h @ P.T)).reshape(N, T, T)
-    u = u - u.max(axis=-1, keepdims=True)
-    s = np.exp(u)
-    s /= s.sum(axis=-1, keepdims=True)
     Jr = np.zeros((N, T * T, T * T))
     for r in range(T):
         sr = s[:, r]
         Jr[:, r * T : (r + 1) * T, r * T : (r + 1) * T] = (
             np.einsum("ni,ij->nij", sr, np.eye(T)) - sr[:, :, None] * sr[:, None, :])
-    return s, beta * (Jr @ P)
+    return s, beta * (Jr @ logit_design(T))
+
+
+def _softmax(h: np.ndarray, beta: float, T: int) -> np.ndarray:
+    """softmax_row(beta D(h)) (N, T, T) of logits h (N, K) in the SE's coordinates."""
+    return _softmax_rows((beta * (h @ logit_design(T).T)).reshape(h.shape[0], T, T))
 
 
 @dataclass
@@ -115,6 +124,7 @@ class _Nodes:
     out: np.ndarray | None  # (N, T*T) output noise
     L: np.ndarray  # (N, K, K) Cholesky factor of Gamma
     Gi: np.ndarray  # (N, K, K) Gamma^{-1}
+    Gamma: np.ndarray  # (N, K, K)
 
 
 class FiniteSizeChannel:
@@ -141,7 +151,7 @@ class FiniteSizeChannel:
         self.dim = 3 * self.K + self.n_wishart + (T * T if params.noise_out > 0 else 0)
         self._nodes = [self._make_nodes(r) for r in range(self.replicas)]
         eye = np.broadcast_to(np.eye(self.K), (2**self.qmc_log2, self.K, self.K))
-        self._identity = [_Nodes(nd.u, nd.eta, nd.xi, nd.out, eye, eye) for nd in self._nodes]
+        self._identity = [_Nodes(nd.u, nd.eta, nd.xi, nd.out, eye, eye, eye) for nd in self._nodes]
 
     def _make_nodes(self, r: int) -> _Nodes:
         K, T = self.K, self.T
@@ -154,7 +164,7 @@ class FiniteSizeChannel:
         Gamma = design_gram(wishart_tokens(wish, self.d, T), self.d)
         L = np.linalg.cholesky(Gamma)
         Gi = np.linalg.inv(Gamma)
-        return _Nodes(gauss[:, :K], gauss[:, K : 2 * K], gauss[:, 2 * K :], out, L, Gi)
+        return _Nodes(gauss[:, :K], gauss[:, K : 2 * K], gauss[:, 2 * K :], out, L, Gi, Gamma)
 
     # --------------------------------------------------------------------------------------------
     def _fields(self, nd: _Nodes, q: float, m: float, clean: bool = False):
@@ -171,23 +181,21 @@ class FiniteSizeChannel:
         z0n = z0 if clean else z0 + math.sqrt(p.noise / 2.0) * nd.xi
         return z, z0n, s
 
-    def _labels(self, nd: _Nodes, z0n: np.ndarray):
-        p = self.params
-        y0, Y0 = _softmax_jacobian(z0n, p.beta0, self.T)
-        y = y0 if nd.out is None else y0 + math.sqrt(p.noise_out) * nd.out.reshape(y0.shape)
-        return y, Y0
+    def _noisy(self, y0: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+        """Labels y = y0 (+ sqrt(Delta_out) x the nodes' output noise)."""
+        return y0 if out is None else y0 + math.sqrt(self.params.noise_out) * out.reshape(y0.shape)
 
     def _phi(self, h, z, Gi, y, sigma):
         loss, grad, hess = softmax_loss(h, y, self.params.beta, self.T)
         r = h - z
         Gr = np.einsum("nkl,nl->nk", Gi, r)
-        return 0.5 * np.einsum("nk,nk->n", r, Gr) / sigma + loss, Gr / sigma + grad, Gi / sigma + hess, loss
+        return 0.5 * np.einsum("nk,nk->n", r, Gr) / sigma + loss, Gr / sigma + grad, Gi / sigma + hess
 
     def _newton(self, h, z, Gi, y, sigma):
         """Modified Newton with backtracking on phi(h) = (h-z)^T Gi (h-z)/(2 sigma) + l(h; y), all nodes at once."""
         N = h.shape[0]
         conv = np.zeros(N, dtype=bool)
-        f, g, H, _ = self._phi(h, z, Gi, y, sigma)
+        f, g, H = self._phi(h, z, Gi, y, sigma)
         it = 0
         while it < self.max_iter:
             it += 1
@@ -217,7 +225,7 @@ class FiniteSizeChannel:
                 accepted[idx[ok]] = True
                 t[idx[~ok]] *= 0.5
             h[act] = hn
-            fa_new, ga, Ha, _ = self._phi(hn, za, Gia, ya, sigma)
+            fa_new, ga, Ha = self._phi(hn, za, Gia, ya, sigma)
             f[act], g[act], H[act] = fa_new, ga, Ha
             small = np.max(np.abs(ga), axis=1) * sigma <= self.tol * (1.0 + np.max(np.abs(hn), axis=1))
             conv[np.flatnonzero(act)[small | ~accepted]] = True
@@ -245,7 +253,7 @@ class FiniteSizeChannel:
             raise ParameterError("sigma", f"must be > 0 (got {sigma!r})")
         p = self.params
         y0, Y0 = _softmax_jacobian(z0n, p.beta0, self.T)
-        y = y0 if out is None else y0 + math.sqrt(p.noise_out) * out.reshape(y0.shape)
+        y = self._noisy(y0, out)
         h, resid, iters = self._prox(z, Gi, y, sigma)
         loss, _, hess = softmax_loss(h, y, p.beta, self.T)
         Ci = Gi / sigma
@@ -262,8 +270,7 @@ class FiniteSizeChannel:
 
     def _moments_on(self, nd: _Nodes, alpha: float, q: float, m: float, sigma: float) -> dict[str, float]:
         z, z0n, s = self._fields(nd, q, m)
-        Gamma = np.einsum("nkl,nml->nkm", nd.L, nd.L)
-        out = self._conjugates(alpha, z, z0n, nd.Gi, Gamma, sigma, nd.out)
+        out = self._conjugates(alpha, z, z0n, nd.Gi, nd.Gamma, sigma, nd.out)
         g = out.pop("_g")
         if s > 0:
             out["m_hat_stein"] = 2 * alpha * np.einsum("nk,nkl,nl->n", g, nd.L, nd.eta).mean() / s
@@ -271,8 +278,9 @@ class FiniteSizeChannel:
 
     def _test_on(self, nd: _Nodes, q: float, m: float, clean: bool) -> float:
         z, z0n, _ = self._fields(nd, q, m, clean=clean)
-        y = self._labels(nd, z0n)[0] if not clean else _softmax_jacobian(z0n, self.params.beta0, self.T)[0]
-        s = _softmax_jacobian(z, self.params.beta, self.T)[0]
+        y0 = _softmax(z0n, self.params.beta0, self.T)
+        y = y0 if clean else self._noisy(y0, nd.out)
+        s = _softmax(z, self.params.beta, self.T)
         return float(((y - s) ** 2).sum(axis=(1, 2)).mean())
 
     # --------------------------------------------------------------------------------------------
@@ -353,24 +361,21 @@ def solve_finite_size(problem: Problem, alpha: float, d: int, se: StateEvolution
     fsc = FiniteSizeChannel(params, d, qmc_log2=qmc_log2, replicas=replicas, seed=seed)
     state: dict[str, Any] = {"evals": 0}
 
-    def conj(x: np.ndarray):
-        q, m, sigma = x
-        ch = se.channel_final.moments(alpha, q, m, sigma)
-        corr, corr_err = fsc.correction(alpha, q, m, sigma)
-        return ch, corr, corr_err
-
     def fmap(y: np.ndarray) -> np.ndarray:
         x = se._to_x(y)
-        ch, corr, corr_err = conj(x)
+        ch = se.channel_final.moments(alpha, *x)
+        corr, corr_err = fsc.correction(alpha, *x)
         qh, mh, sh = ch.q_hat + corr["q_hat"], ch.m_hat + corr["m_hat"], ch.sigma_hat + corr["sigma_hat"]
         ms = matrix_update(problem, se.measure, qh, mh, sh)
         state["evals"] += 1
-        state["last"] = (x, ch, corr, corr_err, ms, (qh, mh, sh))
-        return se._to_y(np.array([ms.q, ms.m, ms.sigma])) - y
+        fx = se._to_y(np.array([ms.q, ms.m, ms.sigma])) - y
+        state["last"] = (y.copy(), fx, x, ch, corr, corr_err, (qh, mh, sh))
+        return fx
 
     sol = optimize.root(fmap, se._to_y(base.x), method="hybr", options={"xtol": tol})
-    fx = fmap(sol.x)
-    x, ch, corr, corr_err, ms, (qh, mh, sh) = state["last"]
+    if not np.array_equal(state["last"][0], sol.x):  # (the point hybr returns need not be its last evaluation)
+        fmap(sol.x)
+    _, fx, x, ch, corr, corr_err, (qh, mh, sh) = state["last"]
     resid = float(np.max(np.abs(fx)))
     q, m, sigma = x
     te, te_err = se.channel_final.test_error(q, m)
