@@ -184,3 +184,22 @@ def test_bad_inputs_raise_parameter_errors():
     data = sample_dataset(pb, 10, 5, 0)
     with pytest.raises(ParameterError):
         train(pb, data, solver="sgd")
+
+
+def test_prox_start_is_projected_and_reaches_the_same_minimiser(routes_d40):
+    """``init``: any square start is symmetrised and projected (PSD); from the minimiser the solver stays put, and
+    from an indefinite, non-symmetric start at lam = 0.01 it reaches the same minimiser as from S = 0."""
+    pb, data, res = routes_d40
+    ref = res["prox"]
+    again = train(pb, data, solver="prox", init=ref.S_hat)
+    assert again.steps < ref.steps / 3
+    assert again.objective <= ref.objective * (1 + 1e-12)
+    rng = np.random.default_rng(5)
+    wild = train(pb, data, solver="prox", init=rng.standard_normal((40, 40)))
+    assert wild.converged
+    assert abs(wild.objective - ref.objective) / ref.objective < 1e-9
+    assert np.linalg.norm(wild.S_hat - ref.S_hat) / np.linalg.norm(ref.S_hat) < 1e-4
+    for bad in (np.zeros((39, 40)), np.full((40, 40), np.nan)):
+        with pytest.raises(ParameterError) as e:
+            train(pb, data, solver="prox", init=bad)
+        assert e.value.param == "init"

@@ -298,8 +298,15 @@ def solve_prox(
     patience: int = 5,
     t0: float | None = None,
     grow: float = 1.1,
+    init: np.ndarray | torch.Tensor | None = None,
 ) -> Solution:
-    """FISTA with backtracking and function-value restart on S (see the module docstring)."""
+    """FISTA with backtracking and function-value restart on S (see the module docstring).
+
+    ``init``: the starting S (d, d), default 0. It is symmetrised and projected onto the feasible set
+    (factorised: PSD with rank <= p) before the first step, so any square matrix is a valid start. The problem is
+    not convex in S (the softmax loss), so different starts can end at different minimisers: that is what this
+    option is for (multi-start checks of the landscape, warm starts along a sweep).
+    """
     d = obj.d
     lam = problem.student.lam
     factorized = problem.student.model == "factorized"
@@ -316,6 +323,13 @@ def solve_prox(
     # Logits are linear in S: h(y) for the extrapolated point is the same combination of h(z) and h(x),
     # so each iteration needs one forward pass (at the candidate z) and one gradient pass (at y).
     x = torch.zeros((d, d), dtype=obj.data.dtype, device=obj.data.device)
+    if init is not None:
+        x0 = torch.as_tensor(np.asarray(init) if not torch.is_tensor(init) else init, dtype=x.dtype, device=x.device)
+        if x0.shape != (d, d):
+            raise ParameterError("init", f"must be a ({d}, {d}) matrix (got shape {tuple(x0.shape)})")
+        if not bool(torch.isfinite(x0).all()):
+            raise ParameterError("init", "must be finite")
+        x = prox_nuclear_psd(sym(x0), 0.0, rank)[0] if factorized else sym(x0)
     Hx = obj.logits_all(x)
     Fx = obj.loss_of_logits(Hx, grad=False)[0]
     y, Hy, theta = x, Hx, 1.0
