@@ -372,12 +372,15 @@ def test_fast_optimal_search_redone_where_the_vertex_check_fails(curve100):
 def _plain_scan_min(problem, d, alpha, loglams):
     """Brute force: exact (plain-route) SE test errors at the log-lambda points, each warm started from the
     previous one; returns the lowest point (log lambda, test error) and the vertex value of the parabola through
-    it and its two neighbours (the grid's minimum to second order)."""
+    it and its two neighbours (the grid's minimum to second order). Same rule as the scaling routes
+    (SCALING_SE_OPTIONS: Gauss-Hermite order 12)."""
+    from tiedattention.theory.scaling import SCALING_SE_OPTIONS
     from tiedattention.theory.state_evolution import StateEvolution
 
     errs, prev = [], None
     for v in loglams:
-        res = StateEvolution(problem.replace_student(lam=math.exp(v)), d=d).solve(alpha, init=prev)
+        se = StateEvolution(problem.replace_student(lam=math.exp(v)), d=d, **SCALING_SE_OPTIONS)
+        res = se.solve(alpha, init=prev)
         ok = res.converged and res.phase == "regular"
         errs.append(res.test_error if ok else math.inf)
         prev = res if ok else prev

@@ -328,7 +328,7 @@ def test_at_of_a_qmc_resolved_point_uses_its_own_rule():
     """Past the interpolation peak the SE point is re-solved with QMC; its AT value must be evaluated with that
     rule (the Gauss-Hermite rule's error estimate there is of order 10, i.e. meaningless)."""
     assert channel_options_for("qmc4x2^14") == {"rule": "qmc", "replicas": 4, "qmc_log2": 14}
-    assert channel_options_for("gh12") is None and channel_options_for("") is None
+    assert channel_options_for("gh24") == {"order": 24} and channel_options_for("") is None
     problem = Problem.from_options(**REF, lam=1e-4)
     from types import SimpleNamespace
 

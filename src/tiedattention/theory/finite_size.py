@@ -64,6 +64,7 @@ from .channel import (
     softmax_loss,
 )
 from .denoisers import matrix_update
+from .stability import channel_options_for
 from .state_evolution import SEResult, StateEvolution
 
 __all__ = [
@@ -357,6 +358,11 @@ def solve_finite_size(problem: Problem, alpha: float, d: int, se: StateEvolution
     if not base.converged or base.phase != "regular":
         raise ParameterError("alpha", f"the d -> infinity SE at alpha={alpha:g} is not a regular converged point "
                                       f"({base.phase}: {base.message}); the finite-size correction starts from it")
+    rule = channel_options_for(base.quadrature)
+    if base.quadrature and base.quadrature != se.quadrature and rule is not None:
+        # the point was solved with another rule (order raised, or the QMC re-solve): the correction's control
+        # variate and the matrix side must use that rule, not the default one
+        se = StateEvolution(problem, d=se.d, channel_options={**se.channel_options, **rule})
     params = se.channel_final.params
     fsc = FiniteSizeChannel(params, d, qmc_log2=qmc_log2, replicas=replicas, seed=seed)
     state: dict[str, Any] = {"evals": 0}

@@ -46,6 +46,16 @@ from .denoisers import MatrixSide, _spectral_side
 from .spectral import FreeConvolution, SpectralIntegrals, ThresholdFamily, _Kernel
 from .state_evolution import SEResult, StateEvolution
 
+# The scaling routes keep the Gauss-Hermite order 12 of their recorded runs and no per-point fixed-point error
+# estimate (its low-order re-solve, and a raised order at some lambda, would cost ~1.6x and make the test error a
+# non-smooth function of lambda for the optimal-lambda search). Measured: order 20 moves the fitted exponents by
+# <= 1.1e-3 (docs/theory/scaling.md, section 7). Options passed by the caller override these.
+SCALING_SE_OPTIONS: dict[str, Any] = {"channel_options": {"order": 12}, "fixed_point_errors": False, "accuracy": None}
+
+
+def _scaling_options(options: dict[str, Any]) -> dict[str, Any]:
+    return {**SCALING_SE_OPTIONS, **options}
+
 __all__ = [
     "LamRule",
     "parse_lam_rule",
@@ -191,7 +201,10 @@ class ScalingLimit(StateEvolution):
     (eps_t < 2 tau: excess error of order d) is reported as not converged.
     """
 
+    _order_checks = False
+
     def __init__(self, problem: Problem, max_modes: int = 20_000_000, **options: Any):
+        options = _scaling_options(options)
         target = problem.task.target
         if not isinstance(target, PowerLawTarget):
             raise ParameterError("target", "the scaling limit is implemented for power-law targets")
@@ -407,7 +420,10 @@ class FastFiniteD(StateEvolution):
     Factorised students with kappa >= 1 only.
     """
 
+    _order_checks = False
+
     def __init__(self, problem: Problem, d: int, interp_tol: float = 1e-20, max_outer: int = 12, **options: Any):
+        options = _scaling_options(options)
         self.check_applies(problem)
         super().__init__(problem, d=d, **options)
         self._d, self._options = d, options
@@ -797,7 +813,7 @@ def _rec(n, d, nu, lam, res: SEResult, e0, k, extra=None) -> dict[str, Any]:
         "k_star": k, "delta": res.delta, "eps": res.eps, "q": res.q, "m": res.m, "sigma": res.sigma,
         "converged": res.converged, "phase": res.phase, "iterations": res.iterations,
         "err_test_error": res.errors.get("test_error", math.nan), "seconds": res.seconds,
-        "quadrature": res.quadrature,  # "gh12", or "qmc4x2^14" where the T = 2 QMC re-solve replaced the point
+        "quadrature": res.quadrature,  # "gh16", or "qmc4x2^14" where the T = 2 QMC re-solve replaced the point
         "branch_share": res.errors.get("branch_share", math.nan),  # the re-solve's trigger (> 1e-3 at T = 2, GH)
     }
     out.update(extra or {})
@@ -903,6 +919,7 @@ def _plain_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=None,
     """The plain route: a fresh :class:`StateEvolution` per lambda. Optimal: bounded Brent over log lambda in
     [log lam_guess - 2.5, log lam_guess + 2.5], lam_guess = sqrt(q_hat) of the previous point (the eps = 2 delta
     rule: lambda = eps m_hat/2 = delta m_hat), warm started."""
+    options = _scaling_options(options)
     e0 = c0 = None
     out, prev = [], None
     lam_guess = None
@@ -965,6 +982,7 @@ def finite_d_curve(problem: Problem, d: int, alphas, rule: LamRule, progress=Non
     k* <= d/4 cost the most and are not used). ``on_record``: called with each record as soon as it is done
     (fast route; the plain route calls it at the end), e.g. to write long curves point by point.
     """
+    options = _scaling_options(options)
     if route not in ("auto", "fast", "plain"):
         raise ValueError(f"route must be 'auto', 'fast' or 'plain' (got {route!r})")
     if route == "fast":

@@ -300,11 +300,13 @@ def channel_replicon(problem: Problem, alpha: float, q: float, m: float, sigma: 
 
 def channel_options_for(quadrature: str) -> dict | None:
     """The channel options of an SE point's rule name (``SEResult.quadrature``): "qmcRx2^L" -> QMC with R
-    replicas of 2^L points; None (the SE's default rule) for a Gauss-Hermite or empty name."""
+    replicas of 2^L points; "ghN" -> Gauss-Hermite of order N (a point whose order was raised); None (the SE's
+    default rule) for an empty name."""
     hit = re.fullmatch(r"qmc(\d+)x2\^(\d+)", quadrature or "")
-    if hit is None:
-        return None
-    return {"rule": "qmc", "replicas": int(hit.group(1)), "qmc_log2": int(hit.group(2))}
+    if hit is not None:
+        return {"rule": "qmc", "replicas": int(hit.group(1)), "qmc_log2": int(hit.group(2))}
+    hit = re.fullmatch(r"gh(\d+)", quadrature or "")
+    return {"order": int(hit.group(1))} if hit is not None else None
 
 
 def rs_stability(problem: Problem, point, alpha: float | None = None, d: int | None = None,

@@ -55,6 +55,7 @@ ROUGH_FLOOR_STOP = 0.1
 ROUGH_STALL = 15
 ROUGH_MAX_ITER = 80  # per stage; then the floor_factor acceptance decides (each cold call ~0.1-0.4 s)
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
+GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
 
 @dataclass
@@ -84,7 +85,7 @@ class SEResult:
     phase: str = "regular"
     message: str = ""
     errors: dict[str, float] = field(default_factory=dict)
-    quadrature: str = ""  # the channel rule of the reported point, e.g. "gh12" or "qmc4x2^14"
+    quadrature: str = ""  # the channel rule of the reported point, e.g. "gh16", "gh24" (order raised) or "qmc4x2^14"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,16 +141,28 @@ class StateEvolution:
         stage cold, stopped once the residual is below ``floor_stop`` (0.1) times the QMC rule's own relative
         error estimate of the conjugates (reported as such in ``message``). docs/theory/state_evolution.md.
     fixed_point_errors : bool or None
-        add the quadrature error of the fixed point itself to ``errors`` (``fixed_point_<observable>``,
+        QMC points: add the quadrature error of the fixed point itself to ``errors`` (``fixed_point_<observable>``,
         ``map_spectral_radius``, ``fixed_point_amplification``): the map's quadrature error propagated through
         (I - J)^-1 (:meth:`_add_fixed_point_errors`; 6 more map evaluations a point). None (default): only for
         sharp channels, max(beta, beta0) > 1, where the fixed point is ill-conditioned (rho(J) ~0.9 at beta = 2).
+    accuracy, max_order : float or None, int
+        Gauss-Hermite points (T = 2) report the fixed point's own quadrature error, ``fixed_point_<obs>`` in
+        ``errors``: the difference to the fixed point re-solved at ``order_low`` = 0.75 x order (an error size; the
+        per-evaluation estimates ``test_error``, ``channel_*`` miss the fixed point's amplification of the map's
+        error). Where ``fixed_point_test_error`` exceeds ``accuracy`` (default 1e-3; None: never), the point is
+        re-solved at 1.5x the order, repeatedly up to ``max_order`` (default 54), each estimate then being the
+        difference to the previous order; ``quadrature`` and ``message`` say so. ``fixed_point_errors=False`` turns
+        both off. docs/theory/state_evolution.md, "Quadrature order".
     warm_start : bool
         channel evaluations of the cheaper stages (and every one with QMC rules) start each node's Newton prox
         at the minimiser of the previous evaluation of the same stage (``SoftmaxChannel.moments(warm=...)``),
         and the spectral cut point at the previous one (``matrix_update(warm=...)``); a solve is still
         deterministic (the warm states are reset at the start of each solve).
     """
+
+    # the two-order fixed-point error and the raised order re-solve with plain StateEvolution solvers; subclasses
+    # with another matrix side (theory.scaling) turn them off
+    _order_checks = True
 
     def __init__(
         self,
@@ -173,6 +186,8 @@ class StateEvolution:
         branch_switch: float | None = 1e-3,
         rough_options: dict | None = None,
         fixed_point_errors: bool | None = None,
+        accuracy: float | None = 1e-3,
+        max_order: int = 54,
     ):
         self.problem = problem
         self.measure = problem.task.target.measure(d)
@@ -205,6 +220,11 @@ class StateEvolution:
         self.branch_switch = None if branch_switch is None or self._qmc else float(branch_switch)
         self.rough_options = {**ROUGH_QMC, **(rough_options or {})}
         self._rough: StateEvolution | None = None
+        self._orders: dict = {}  # Gauss-Hermite solvers at other orders (fixed-point error, raised order)
+        self._channel_options = dict(channel_options or {})
+        self.d = d
+        self.accuracy = None if accuracy is None else float(accuracy)
+        self.max_order = int(max_order)
         self._rough_args = (d, dict(tol=tol, max_iter=max_iter, damping=damping, anderson=anderson,
                                     max_step=max_step, floor_factor=floor_factor, max_floor=max_floor))
         # QMC re-solve of a rough point (set on the instance that does it): cold accurate stage, stop at a
@@ -242,6 +262,16 @@ class StateEvolution:
         self._inter_abar: float | None = None
         # None: propagate the quadrature errors to the fixed point for sharp channels; True / False: always / never
         self.fixed_point_errors = fixed_point_errors
+
+    @property
+    def channel_options(self) -> dict:
+        """The ``channel_options`` the solver was built with (its rule: those over the problem's defaults)."""
+        return dict(self._channel_options)
+
+    @property
+    def quadrature(self) -> str:
+        """Name of the solver's own channel rule, e.g. "gh16" (a point's ``quadrature`` can differ)."""
+        return self._quadrature
 
     # -------------------------------------------------------------------------------------------
     def _map(self, alpha: float, x: np.ndarray, final: bool = False):
@@ -341,7 +371,11 @@ class StateEvolution:
         res.quadrature = self._quadrature
         share = res.errors.get("branch_share", 0.0)
         if self.branch_switch is None or res.phase == "zero" or not share > self.branch_switch:
-            if self._propagate_errors():
+            if (self._order_checks and not self._qmc and self.fixed_point_errors is not False
+                    and self.channel_low is not None):
+                self._add_two_order_errors(alpha, res)
+                res = self._raise_order(alpha, res)
+            elif self._propagate_errors():
                 self._add_fixed_point_errors(alpha, res)
             return res
         # T = 2 past the interpolation peak at small lambda: the Gauss-Hermite point is decided by a few heavy
@@ -356,9 +390,89 @@ class StateEvolution:
         return out
 
     def _propagate_errors(self) -> bool:
-        # default: on for sharp channels (max(beta, beta0) > 1), where the fixed point is ill-conditioned and the
-        # rules are rough; off at beta = beta0 = 1 (6 more map evaluations per point; same values either way)
+        # QMC points (Gauss-Hermite points compare two orders instead, _add_two_order_errors). Default: on for
+        # sharp channels (max(beta, beta0) > 1), where the fixed point is ill-conditioned and the rules are rough;
+        # off at beta = beta0 = 1 (6 more map evaluations per point; same values either way)
         return bool(self.fixed_point_errors) or (self.fixed_point_errors is None and self.sharp > 1)
+
+    def _order_solver(self, order: int, tol: float | None = None) -> StateEvolution:
+        """The same Gauss-Hermite solver at another order (no branch switch, no error estimates of its own)."""
+        key = (order, tol)
+        if key not in self._orders:
+            d, kw = self._rough_args
+            kw = {**kw, "tol": tol if tol is not None else kw["tol"]}
+            self._orders[key] = StateEvolution(
+                self.problem, d=d, channel_options={**self.channel_options, "order": order},
+                branch_switch=None, fixed_point_errors=False, accuracy=None, root_fallback=False, pre_tol=0.0,
+                warm_start=self.warm_start, **kw)
+        return self._orders[key]
+
+    def _low_solver(self) -> StateEvolution:
+        """The solver at the error-estimate order (``channel_final.order_low``), for the fixed point's error; its
+        tolerance 1e-6 suffices (the two fixed points differ by ~1e-4; amplification <= ~15)."""
+        return self._order_solver(self.channel_final.order_low, max(self.tol, 1e-6))
+
+    def _raise_order(self, alpha: float, res: SEResult) -> SEResult:
+        """Where the fixed point's error estimate of the test error exceeds ``accuracy``, re-solve from the point
+        at 1.5x the order, and again, up to ``max_order``; the estimate of a raised point is its difference to the
+        previous order's point (plus its own quadrature error). Near the interpolation peak at small lambda the
+        map's Jacobian has an eigenvalue ~0.9 and low orders scatter by ~5e-3 (docs/theory/state_evolution.md,
+        "Quadrature order")."""
+        est = res.errors.get("fixed_point_test_error")
+        order, path = self.channel.order, [self.channel.order]
+        while (self.accuracy is not None and est is not None and est > self.accuracy
+               and int(1.5 * order) <= self.max_order):
+            order = int(1.5 * order)
+            try:
+                hi = self._order_solver(order)._solve_regular(alpha, res.x, zero_test=False)
+            except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError):
+                hi = None
+            if hi is None or not hi.converged or hi.phase != "regular":
+                note = f"order {order} did not converge; kept order {path[-1]}"
+                res.message = f"{res.message}; {note}" if res.message else note
+                return res
+            err = {f"fixed_point_{k}": abs(getattr(hi, k) - getattr(res, k)) for k in ("q", "m", "sigma", "mse")}
+            for key in ("test_error", "test_error_clean"):
+                err[f"fixed_point_{key}"] = abs(getattr(hi, key) - getattr(res, key)) + hi.errors.get(key, 0.0)
+            hi.errors.update(err)
+            hi.iterations += res.iterations
+            path.append(order)
+            note = (f"Gauss-Hermite order raised {' -> '.join(map(str, path))}: fixed-point error estimate of "
+                    f"the test error {est:.1e} > accuracy {self.accuracy:g}")
+            hi.message = f"{hi.message}; {note}" if hi.message else note
+            est, res = err["fixed_point_test_error"], hi
+        return res
+
+    def _add_two_order_errors(self, alpha: float, res: SEResult) -> None:
+        """Add to ``res.errors`` the quadrature error of the Gauss-Hermite fixed point itself.
+
+        The per-evaluation estimates (``test_error``, ``channel_*``: |I(order) - I(order_low)| at the point) miss
+        what matters most: the fixed point moves by (I - J)^-1 times the map's error, and the integrand is not
+        smooth (prox kinks and basin switches), so the rule converges slowly in the order. Measured against order
+        32, they understated the test error's error by 10-400x (docs/theory/state_evolution.md, "Quadrature
+        order"). So the point is re-solved at ``order_low`` (0.75 x order) from the answer (warm: a few cheap
+        map evaluations), and ``fixed_point_<obs>`` = |obs(order) - obs(order_low)| for obs = q, m, sigma, mse,
+        test_error, test_error_clean (the last two plus their own quadrature error at the point): the error of
+        the lower rule, so usually above the reported one's (measured against order 32 on a 50-point curve: above
+        it at 42 points, within 2.7e-4 of it everywhere, where orders 20-32 scatter by 2.2e-4): an error size, not
+        a guaranteed bound. Not added (and said in ``message``) where the low-order solve does not converge.
+        """
+        if res.phase != "regular" or not res.converged or not np.all(np.isfinite(res.x)):
+            return
+        try:
+            low = self._low_solver()._solve_regular(alpha, res.x, zero_test=False)
+        except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError) as exc:
+            low, why = None, str(exc)
+        else:
+            why = low.message if not low.converged else f"phase {low.phase}"
+        if low is None or not low.converged or low.phase != "regular":
+            note = f"no fixed-point error estimate (order {self.channel_final.order_low}: {why})"
+            res.message = f"{res.message}; {note}" if res.message else note
+            return
+        err = {f"fixed_point_{k}": abs(getattr(res, k) - getattr(low, k)) for k in ("q", "m", "sigma", "mse")}
+        for key in ("test_error", "test_error_clean"):
+            err[f"fixed_point_{key}"] = abs(getattr(res, key) - getattr(low, key)) + res.errors.get(key, 0.0)
+        res.errors.update(err)
 
     def _add_fixed_point_errors(self, alpha: float, res: SEResult) -> None:
         """Add to ``res.errors`` the quadrature error of the fixed point itself, linearised.
@@ -805,12 +919,16 @@ def channel_setup(problem: Problem, q0: float, channel_options: dict | None = No
     noise_out = task.noise_out if task.task == "seq2lab" else 0.0
     params = ChannelParams(tokens=task.tokens, beta=problem.student.beta, beta0=task.beta0, noise=task.noise,
                            noise_out=noise_out, q0=q0)
-    # Gauss-Hermite order 12 (T = 2): ~3e-4 relative quadrature accuracy at ~25 ms a call (see
-    # docs/theory/channel.md); every point reports its error estimates. Raise it for more digits.
+    # Gauss-Hermite (T = 2): order GH_ORDER = 16 at beta = beta0 = 1. The integrand is not smooth (the prox has
+    # kinks and, at a few nodes, two minima), so the rule converges slowly in the order and the fixed point
+    # amplifies the map's error (up to ~14x near the interpolation peak): measured against order 32 on a
+    # 50-point curve (lambda = 0.01), the test error is off by <= 1.0e-3 at order 12, 4.2e-4 at 16, 1.5e-4 at 20,
+    # for 7.0, 11.2, 15.9 s CPU (docs/theory/state_evolution.md, "Quadrature order"); every point reports the
+    # fixed point's own error, the difference to the fixed point of order 0.75 x order (fixed_point_<obs>).
     # The softmax's poles sit at imaginary distance ~pi/beta, so the rule needs ~beta times more nodes
-    # per dimension at low temperature (beta = beta0 = 2 at order 12 lands ~20 % off, measured).
+    # per dimension at low temperature (beta = beta0 = 2 at order 12 lands ~20 % off, measured): 12 beta.
     sharp = max(1.0, problem.student.beta, task.beta0)
-    options = {"order": int(math.ceil(12 * sharp)), **(channel_options or {})}
+    options = {"order": max(GH_ORDER, int(math.ceil(12 * sharp))), **(channel_options or {})}
     # QMC (T >= 3): 4 scrambled replicas of 2^12 Sobol' points, 2^11 from T = 5 on (cost ~ T^3 per node;
     # relative error of the conjugates ~4e-3 at T = 5, reported in ``errors``; raise qmc_log2 for more)
     if task.tokens >= 5 and "qmc_log2" not in options:
