@@ -221,6 +221,10 @@ class StateEvolution:
         self.rough_options = {**ROUGH_QMC, **(rough_options or {})}
         self._rough: StateEvolution | None = None
         self._orders: dict = {}  # Gauss-Hermite solvers at other orders (fixed-point error, raised order)
+        # secant pairs of the last stage of the last solve, and those to seed the next solve's first stage with:
+        # a neighbouring order's map has nearly the same Jacobian (a re-solve from the answer then takes ~2 steps)
+        self._pairs_out = None
+        self._prior_in = None
         self._channel_options = dict(channel_options or {})
         self.d = d
         self.accuracy = None if accuracy is None else float(accuracy)
@@ -409,8 +413,8 @@ class StateEvolution:
 
     def _low_solver(self) -> StateEvolution:
         """The solver at the error-estimate order (``channel_final.order_low``), for the fixed point's error; its
-        tolerance 1e-6 suffices (the two fixed points differ by ~1e-4; amplification <= ~15)."""
-        return self._order_solver(self.channel_final.order_low, max(self.tol, 1e-6))
+        tolerance 1e-5 suffices (the two fixed points differ by ~1e-3 in y; the estimate moves by <= 1e-7)."""
+        return self._order_solver(self.channel_final.order_low, max(self.tol, 1e-5))
 
     def _raise_order(self, alpha: float, res: SEResult) -> SEResult:
         """Where the fixed point's error estimate of the test error exceeds ``accuracy``, re-solve from the point
@@ -424,7 +428,9 @@ class StateEvolution:
                and int(1.5 * order) <= self.max_order):
             order = int(1.5 * order)
             try:
-                hi = self._order_solver(order)._solve_regular(alpha, res.x, zero_test=False)
+                solver = self._order_solver(order)
+                solver._prior_in = self._pairs_out
+                hi = solver._solve_regular(alpha, res.x, zero_test=False)
             except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError):
                 hi = None
             if hi is None or not hi.converged or hi.phase != "regular":
@@ -460,7 +466,9 @@ class StateEvolution:
         if res.phase != "regular" or not res.converged or not np.all(np.isfinite(res.x)):
             return
         try:
-            low = self._low_solver()._solve_regular(alpha, res.x, zero_test=False)
+            solver = self._low_solver()
+            solver._prior_in = self._pairs_out
+            low = solver._solve_regular(alpha, res.x, zero_test=False)
         except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError) as exc:
             low, why = None, str(exc)
         else:
@@ -570,7 +578,7 @@ class StateEvolution:
             warm = {} if self.warm_start else None
             nodes = None if self._qmc else self.coarse_spectral_nodes
             stages.append((self.channel_coarse, warm, nodes, self.coarse_tol))
-        prior = None
+        prior, self._prior_in = self._prior_in, None  # secant pairs handed over by the solver of another order
         for channel, warm, nodes, tol in stages:
             self._stage = (channel, warm)
             self._spectral_nodes = nodes
@@ -588,6 +596,7 @@ class StateEvolution:
         self._stage = (self.channel, self._warm_fine if self._qmc and not self._cold_accurate else None)
         y_start = y
         st = self._iterate(alpha, y, self.tol, prior=prior)
+        self._pairs_out = st.get("pairs")
         it, converged, message, resid = st["it"] + it0, st["converged"], st["message"], st["resid"]
         y = st["y"]
         if st["last_good"] is None and not converged:
