@@ -225,6 +225,7 @@ class StateEvolution:
         # a neighbouring order's map has nearly the same Jacobian (a re-solve from the answer then takes ~2 steps)
         self._pairs_out = None
         self._prior_in = None
+        self._estimate_at_point = True  # the low-order comparison solve needs no per-evaluation estimate
         self._channel_options = dict(channel_options or {})
         self.d = d
         self.accuracy = None if accuracy is None else float(accuracy)
@@ -413,8 +414,11 @@ class StateEvolution:
 
     def _low_solver(self) -> StateEvolution:
         """The solver at the error-estimate order (``channel_final.order_low``), for the fixed point's error; its
-        tolerance 1e-5 suffices (the two fixed points differ by ~1e-3 in y; the estimate moves by <= 1e-7)."""
-        return self._order_solver(self.channel_final.order_low, max(self.tol, 1e-5))
+        tolerance 1e-5 suffices (the two fixed points differ by ~1e-3 in y; the estimate moves by <= 1e-7), and
+        it skips its own per-evaluation error estimate."""
+        low = self._order_solver(self.channel_final.order_low, max(self.tol, 1e-5))
+        low._estimate_at_point = False
+        return low
 
     def _raise_order(self, alpha: float, res: SEResult) -> SEResult:
         """Where the fixed point's error estimate of the test error exceeds ``accuracy``, re-solve from the point
@@ -610,7 +614,9 @@ class StateEvolution:
             # (residual <= tol there) with that evaluation, plus the quadrature error estimate of the final rule
             y_eval, ch, ms = st["final"]
             x = self._to_x(y_eval)
-            return self._observables(alpha, x, self._with_error_estimate(alpha, x, ch), ms, True, it, resid, "")
+            if self._estimate_at_point:
+                ch = self._with_error_estimate(alpha, x, ch)
+            return self._observables(alpha, x, ch, ms, True, it, resid, "")
         if not converged:
             y, resid = st["best_y"], st["best_resid"]
         x = self._to_x(y)
