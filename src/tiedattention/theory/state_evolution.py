@@ -441,9 +441,7 @@ class StateEvolution:
                 note = f"order {order} did not converge; kept order {path[-1]}"
                 res.message = f"{res.message}; {note}" if res.message else note
                 return res
-            err = {f"fixed_point_{k}": abs(getattr(hi, k) - getattr(res, k)) for k in ("q", "m", "sigma", "mse")}
-            for key in ("test_error", "test_error_clean"):
-                err[f"fixed_point_{key}"] = abs(getattr(hi, key) - getattr(res, key)) + hi.errors.get(key, 0.0)
+            err = _order_difference(hi, res)
             hi.errors.update(err)
             hi.iterations += res.iterations
             path.append(order)
@@ -481,10 +479,7 @@ class StateEvolution:
             note = f"no fixed-point error estimate (order {self.channel_final.order_low}: {why})"
             res.message = f"{res.message}; {note}" if res.message else note
             return
-        err = {f"fixed_point_{k}": abs(getattr(res, k) - getattr(low, k)) for k in ("q", "m", "sigma", "mse")}
-        for key in ("test_error", "test_error_clean"):
-            err[f"fixed_point_{key}"] = abs(getattr(res, key) - getattr(low, key)) + res.errors.get(key, 0.0)
-        res.errors.update(err)
+        res.errors.update(_order_difference(res, low))
 
     def _add_fixed_point_errors(self, alpha: float, res: SEResult) -> None:
         """Add to ``res.errors`` the quadrature error of the fixed point itself, linearised.
@@ -949,6 +944,15 @@ def channel_setup(problem: Problem, q0: float, channel_options: dict | None = No
     if task.tokens >= 5 and "qmc_log2" not in options:
         options["qmc_log2"] = 11
     return params, options
+
+
+def _order_difference(res: SEResult, other: SEResult) -> dict[str, float]:
+    """``fixed_point_<obs>``: |obs(res) - obs(other)| of two fixed points of the same problem under two quadrature
+    orders (obs = q, m, sigma, mse; the test errors plus ``res``'s own per-evaluation estimate)."""
+    err = {f"fixed_point_{k}": abs(getattr(res, k) - getattr(other, k)) for k in ("q", "m", "sigma", "mse")}
+    for key in ("test_error", "test_error_clean"):
+        err[f"fixed_point_{key}"] = abs(getattr(res, key) - getattr(other, key)) + res.errors.get(key, 0.0)
+    return err
 
 
 def _relative_floor(ch) -> float:
