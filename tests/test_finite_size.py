@@ -112,9 +112,10 @@ def test_finite_size_channel_rejects_bad_input():
 # --------------------------------------------------------------------------------------------------
 # measured (session 5; prox ERM at d = 100, seeds 0-7, 4e4 test sequences each; mean +- s.e. over seeds) against
 # the finite-size SE at d = 100 and the d -> infinity SE (docs/theory/finite_size.md, table):
-#   factorised 0.5: 0.13819 +- 0.00046 | 0.13798 (+0.5) | 0.13590 (+5.0)
+# (finite-size SE on the order-16 SE, 2026-11-30 /tmp/s6/fd_points.py; the d = 100 ERM values are this test's)
+#   factorised 0.5: 0.13819 +- 0.00046 | 0.13808 (+0.2) | 0.13600 (+4.7)
 #   direct 0.1:     0.34468 +- 0.00214 | 0.34647 (-0.8) | 0.34771 (-1.4)
-#   direct 0.5:     0.15950 +- 0.00088 | 0.15875 (+0.9) | 0.15599 (+4.0)
+#   direct 0.5:     0.15950 +- 0.00088 | 0.15878 (+0.8) | 0.15603 (+4.0)
 #   direct 2:       0.09146 +- 0.00032 | 0.09168 (-0.7) | 0.09049 (+3.0)
 CASES = [("factorized", 0.5), ("direct", 0.1), ("direct", 0.5), ("direct", 2.0)]
 
