@@ -431,12 +431,14 @@ class StateEvolution:
         while (self.accuracy is not None and est is not None and est > self.accuracy
                and int(1.5 * order) <= self.max_order):
             order = int(1.5 * order)
+            solver = self._order_solver(order)
+            solver._prior_in = self._pairs_out
             try:
-                solver = self._order_solver(order)
-                solver._prior_in = self._pairs_out
                 hi = solver._solve_regular(alpha, res.x, zero_test=False)
             except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError):
                 hi = None
+            finally:
+                solver._prior_in = None  # never carried into another solve (determinism)
             if hi is None or not hi.converged or hi.phase != "regular":
                 note = f"order {order} did not converge; kept order {path[-1]}"
                 res.message = f"{res.message}; {note}" if res.message else note
@@ -467,14 +469,16 @@ class StateEvolution:
         """
         if res.phase != "regular" or not res.converged or not np.all(np.isfinite(res.x)):
             return
+        solver = self._low_solver()
+        solver._prior_in = self._pairs_out
         try:
-            solver = self._low_solver()
-            solver._prior_in = self._pairs_out
             low = solver._solve_regular(alpha, res.x, zero_test=False)
         except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError) as exc:
             low, why = None, str(exc)
         else:
             why = low.message if not low.converged else f"phase {low.phase}"
+        finally:
+            solver._prior_in = None  # never carried into another solve (determinism)
         if low is None or not low.converged or low.phase != "regular":
             note = f"no fixed-point error estimate (order {self.channel_final.order_low}: {why})"
             res.message = f"{res.message}; {note}" if res.message else note
