@@ -813,7 +813,7 @@ def _rec(n, d, nu, lam, res: SEResult, e0, k, extra=None) -> dict[str, Any]:
         "k_star": k, "delta": res.delta, "eps": res.eps, "q": res.q, "m": res.m, "sigma": res.sigma,
         "converged": res.converged, "phase": res.phase, "iterations": res.iterations,
         "err_test_error": res.errors.get("test_error", math.nan), "seconds": res.seconds,
-        "quadrature": res.quadrature,  # "gh16", or "qmc4x2^14" where the T = 2 QMC re-solve replaced the point
+        "quadrature": res.quadrature,  # "gh12" (SCALING_SE_OPTIONS), or "qmc4x2^14" where the QMC re-solve replaced it
         "branch_share": res.errors.get("branch_share", math.nan),  # the re-solve's trigger (> 1e-3 at T = 2, GH)
     }
     out.update(extra or {})
