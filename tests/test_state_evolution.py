@@ -142,6 +142,12 @@ def test_cli_theory_json_contract():
     assert lines[1]["test_error"] < lines[0]["test_error"]
     res = CliRunner().invoke(app, ["theory", "--alpha", "-1"])
     assert res.exit_code == 2 and "--alpha" in res.stderr
+    # the fixed point's own quadrature error, in JSON and in the table; a bad accuracy names the option
+    assert 0 < lines[1]["err_fixed_point_test_error"] < 1e-3 and lines[1]["quadrature"] == "gh16"
+    res = CliRunner().invoke(app, ["theory", "--alpha", "0.5"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and f"{lines[1]['err_fixed_point_test_error']:.1e}" in res.stdout
+    res = CliRunner().invoke(app, ["theory", "--alpha", "0.5", "--accuracy", "0"])
+    assert res.exit_code == 2 and "--accuracy" in res.stderr
 
 
 def test_phase_structure_against_thresholds():

@@ -23,6 +23,9 @@ def theory(
     d: Annotated[int | None, typer.Option("--d", help="dimension for list-based targets (power law, spikes)")] = None,
     tol: Annotated[float, typer.Option("--tol", help="fixed-point tolerance (relative residual)")] = 1e-10,
     order: Annotated[int | None, typer.Option("--order", help="Gauss-Hermite order per dimension (T=2)")] = None,
+    accuracy: Annotated[float, typer.Option(
+        "--accuracy", help="T=2: raise the Gauss-Hermite order (x1.5, up to 54) where the fixed point's own "
+        "quadrature error of the test error (err_fixed_point_test_error) exceeds this")] = 1e-3,
     rs_stability: Annotated[bool, typer.Option(
         "--rs-stability", help="add the RS (AT) stability of each point: rs_at, rs_at_error, rs_switching, rs_stable "
         "(docs/theory/stability.md; ~1-3 s a point)")] = False,
@@ -45,7 +48,9 @@ def theory(
             raise ParameterError("finite-d", f"must be an integer > T = {problem.task.tokens} (got {finite_d})")
         if not tol > 0:
             raise ParameterError("tol", f"must be > 0 (got {tol})")
-        options = {"tol": tol}
+        if not accuracy > 0:
+            raise ParameterError("accuracy", f"must be > 0 (got {accuracy})")
+        options = {"tol": tol, "accuracy": accuracy}
         if order is not None:
             if order < 2:
                 raise ParameterError("order", f"must be >= 2 (got {order})")
@@ -73,7 +78,7 @@ def theory(
         return
     o = problem.options()
     table = Table(title=f"state evolution: {o['target']} Δ={o['noise']} λ={o['lam']} T={o['tokens']}")
-    cols = ("α", "ᾱ", "test error", "test (clean)", "train error", "MSE on S", "rank", "conv", "s")
+    cols = ("α", "ᾱ", "test error", "±", "test (clean)", "train error", "MSE on S", "rank", "conv", "s")
     for col in cols + (("AT", "switch %") if rs_stability else ()) + ((f"test (d={finite_d})",) if finite_d else ()):
         table.add_column(col, justify="right")
     for r in records:
@@ -81,7 +86,8 @@ def theory(
                   f"{100 * r['rs_switching']:.2f}" if r.get('rs_switching') is not None else "-")
                  if rs_stability else ())
         table.add_row(
-            f"{r['alpha']:.4g}", f"{r['alpha_bar']:.4g}", f"{r['test_error']:.6f}", f"{r['test_error_clean']:.6f}",
+            f"{r['alpha']:.4g}", f"{r['alpha_bar']:.4g}", f"{r['test_error']:.6f}", _error_cell(r),
+            f"{r['test_error_clean']:.6f}",
             f"{r['train_error']:.6f}", f"{r['mse']:.6f}", f"{r['rank']:.4f}", "yes" if r["converged"] else "NO",
             f"{r['seconds']:.2f}",
             *extra,
@@ -90,6 +96,12 @@ def theory(
     Console().print(table)
     if not all(r["converged"] and r.get("fd_converged") is not False for r in records):
         raise typer.Exit(code=1)
+
+
+def _error_cell(rec: dict) -> str:
+    """The test error's quadrature error: the fixed point's own where reported (T = 2), else the rule's at it."""
+    err = rec.get("err_fixed_point_test_error", rec.get("err_test_error"))
+    return f"{err:.1e}" if err is not None else "-"
 
 
 def _rs_fields(problem: Problem, rec: dict, d: int | None, channel_options: dict | None) -> dict:
