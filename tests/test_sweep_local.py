@@ -176,8 +176,10 @@ def test_driver_killed_with_sigkill_resumes_without_recomputing(tmp_path):
 
 
 def test_ctrl_c_stops_keeps_finished_cells_and_says_how_to_resume(tmp_path):
+    # cells of 0.8 s (2 workers: >= 4 s for the grid), so that the interrupt lands mid-sweep even when the store
+    # is polled slowly on a loaded machine (with 0.3 s cells a loaded run once finished all 10 before the signal)
     spec_path = tmp_path / "grid.toml"
-    spec_path.write_text(_spec_text(10, 0.3))
+    spec_path.write_text(_spec_text(10, 0.8))
     store = Store(tmp_path / "s")
     proc = _cli(str(spec_path), "--out", str(store.root), "--workers", "2", "--no-progress")
     try:
