@@ -317,10 +317,12 @@ def test_qmc_re_solve_is_deterministic():
 
 @pytest.mark.slow
 def test_gauss_hermite_alone_is_not_smooth_past_the_peak():
-    """The check above fails with the old rule (branch_switch=None: Gauss-Hermite order 12 everywhere)."""
+    """The check above fails with the old rule (branch_switch=None: Gauss-Hermite order 12 everywhere, without the
+    fixed-point checks of 2026-11-30)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = StateEvolution(Problem.from_options(lam=1e-4), branch_switch=None).learning_curve(WINDOW)
+        res = StateEvolution(Problem.from_options(lam=1e-4), branch_switch=None, channel_options={"order": 12},
+                             fixed_point_errors=False).learning_curve(WINDOW)
     assert np.max(_second_differences(res)) > 1e-2
 
 
@@ -374,11 +376,19 @@ def test_beta2_learning_curve_converges_everywhere():
     assert all(r.converged and r.phase == "regular" for r in res)
     te = [r.test_error for r in res]
     assert te == sorted(te, reverse=True)
-    assert {r.quadrature for r in res} == {"gh24", "qmc4x2^14"}
+    rules = {r.quadrature for r in res}
+    assert {"gh24", "qmc4x2^14"} <= rules <= {"gh24", "gh36", "gh54", "qmc4x2^14"}  # (raised orders since 11-30)
     for r in res:
-        _fixed_point_errors_sane(r)
-        if r.quadrature != "gh24":
-            _check_floor_honest(r)
+        if r.quadrature.startswith("qmc"):  # linearised propagation of the replica errors
+            _fixed_point_errors_sane(r)
+            # accepted at the QMC floor by either documented rule: residual <= 0.1 x the replica error (stop) or,
+            # after a stall, <= floor_factor (10) x it (alpha = 0.6325 since the warm curve passes raised points:
+            # residual 8.6e-4 against 2.2e-3)
+            floor = max(r.errors[f"channel_{k}"] / abs(getattr(r, k)) for k in ("q_hat", "m_hat", "sigma_hat"))
+            assert r.residual <= 1e-10 or ("quadrature accuracy" in r.message and r.residual <= 10 * floor)
+        else:  # Gauss-Hermite: the two-order difference, below the accuracy unless the order cap was reached
+            e = r.errors["fixed_point_test_error"]
+            assert e > r.errors["test_error"] > 0 and (e <= 1e-3 or r.quadrature == "gh54")
     for i in (10, 12):  # alpha = 1.1927, 2.2494
         cold = StateEvolution(p).solve(alphas[i])
         assert abs(cold.test_error - res[i].test_error) <= res[i].errors["fixed_point_test_error"]
