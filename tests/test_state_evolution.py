@@ -150,6 +150,18 @@ def test_cli_theory_json_contract():
     assert res.exit_code == 2 and "--accuracy" in res.stderr
 
 
+def test_records_invert_to_the_results():
+    """api.result_of(record_of(r)) == r for regular, raised-order, QMC re-solved and zero-phase points (the
+    finite-size route rebuilds its starting point from a ``theory`` record instead of re-solving it)."""
+    from tiedattention.theory.api import record_of, result_of
+
+    for lam, alpha in ((0.01, 0.5), (1e-4, 0.5), (1.0, 0.05)):
+        r = StateEvolution(Problem.from_options(lam=lam)).solve(alpha)
+        rec = record_of(r) | {"rs_at": 0.5, "fd_test_error": 0.1}  # fields added later are ignored
+        assert result_of(rec) == r
+    assert {r.quadrature, r.phase} == {"gh16", "zero"}
+
+
 def test_phase_structure_against_thresholds():
     """rank fraction below 1 (low-rank collapse) and increasing with alpha along the curve."""
     se = StateEvolution(Problem.from_options())

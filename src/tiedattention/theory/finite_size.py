@@ -54,6 +54,7 @@ from scipy.stats import qmc
 from ..design import design_gram
 from ..errors import ParameterError
 from ..problem import Problem
+from .api import result_of
 from .channel import (
     ChannelParams,
     _logit_fit_matrix,
@@ -408,7 +409,8 @@ FIELDS = ("test_error", "test_error_clean", "train_error", "mse", "q", "m", "sig
 
 
 def finite_size_fields(problem: Problem, record: dict[str, Any], d: int, se: StateEvolution) -> dict[str, Any]:
-    """``fd_*`` fields of one ``theory`` record (its SE point re-solved warm by ``se``): the finite-size SE at
+    """``fd_*`` fields of one ``theory`` record (its SE point is the record's own, ``api.result_of``; ``se`` the
+    solver that made it, whose channel and matrix side the correction uses): the finite-size SE at
     dimension d (``fd_d``, ``fd_test_error``, ``fd_test_error_clean``, ``fd_train_error``, ``fd_mse``, ``fd_q``,
     ``fd_m``, ``fd_sigma``, ``fd_converged``, ``fd_iterations``, ``fd_residual``, ``fd_seconds``,
     ``fd_message``, ``fd_err_test_error``); None values (fd_converged too) with a message where the SE point is
@@ -417,8 +419,7 @@ def finite_size_fields(problem: Problem, record: dict[str, Any], d: int, se: Sta
     if not record.get("converged") or record.get("phase") != "regular":  # (fd_converged stays None)
         out["fd_message"] = f"not computed: the SE point is not a regular converged point ({record.get('phase')})"
         return out
-    base = se.solve(record["alpha"], init=np.array([record["q"], record["m"], record["sigma"]]))
-    res = solve_finite_size(problem, record["alpha"], d, se=se, se_result=base)
+    res = solve_finite_size(problem, record["alpha"], d, se=se, se_result=result_of(record))
     out.update({f"fd_{k}": getattr(res, k) for k in FIELDS})
     out["fd_err_test_error"] = res.errors["test_error"]
     return out
