@@ -412,7 +412,7 @@ def test_parts_match_simulations(alpha, torch_one_thread, decomposition_gaps):
     pytest.importorskip("torch")
     table = {d: decomposition_gaps(alpha, d) for d in SIM_DIMS}
     not_closing = []
-    for key in SIM_OVER + ("E_under", "E_approx", "e_test_qm"):
+    for key in SIM_OVER + ("E_under", "E_approx", "e_test_qm", "mse_approx", "mse_under", "dist_approx", "dist_under"):
         for tag in ("raw", "debiased", "same_d"):
             g = [table[d][1][tag][key] for d in SIM_DIMS]
             a, se_a, chi2 = _fit_inverse_d(SIM_DIMS, [x[0] for x in g], [x[1] for x in g])
