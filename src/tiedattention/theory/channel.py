@@ -196,6 +196,10 @@ class _GeneralKernel:
         yr = 1.0 + (lab.max(axis=2) - lab.min(axis=2)).max(axis=1)
         return 12.0 * self.beta**2 * yr
 
+    def sublevel_curvature_bound(self, b: np.ndarray, lab: np.ndarray, sigma: float, f0: np.ndarray) -> np.ndarray:
+        """The same bound on the sublevel set {f <= f0} only (no sharper one for T >= 3)."""
+        return self.negative_curvature_bound(lab)
+
     def _u(self, c):
         return (self.beta * (c @ self.R2T)).reshape(-1, self.T, self.T)
 
@@ -245,6 +249,40 @@ class _TwoTokenKernel:
         t = lab[:, :2]
         worst = np.maximum(np.abs(t), np.abs(1.0 - t)).max(axis=1)
         return (2.0 / (3.0 * math.sqrt(3.0))) * 1.0000001 * worst * self.beta**2 * self._kk_norm
+
+    def sublevel_curvature_bound(self, b: np.ndarray, lab: np.ndarray, sigma: float, f0: np.ndarray) -> np.ndarray:
+        """(N,) bound L with lambda_min(H(c)) >= -L on the sublevel set {f <= f0} of the prox objective
+        f(c) = |c - b|^2/(2 sigma) + l(c), where every minimiser of f lies once f0 is the value of any point.
+
+        l - const = 2 sum_r (p_r - t_r)^2 >= 0, so {f <= f0} lies in the ball |c - b| <= rho, rho^2 =
+        2 sigma (f0 - const), on which row r's logit v_r = beta k_r.c ranges over an interval and p_r over
+        [p_lo, p_hi]. There l_r'' = 4 (pq)^2 + 4 pq w, w = (p - t)(1 - 2p), is >= 4 min(pq)^2 + 4 max(pq)
+        min(min w, 0) (pq concave with its peak at 1/2, w concave: both minimal at an end), and H = beta^2
+        sum_r l_r'' k_r k_r^T. Where sigma L < 1, f is strictly convex on a convex set holding every minimiser:
+        a stationary point there is the global minimiser (the second Newton start is not needed). pq w is also
+        >= -max(pq |1 - 2p|) max|p - t| on the interval; the larger of the two lower bounds is used, so the
+        result never exceeds :meth:`negative_curvature_bound` (the same bound over all of (0, 1))."""
+        rho = np.sqrt(np.maximum(2.0 * sigma * (f0 - lab[:, 2]), 0.0))
+        k = self.Kmat
+        centre = self.beta * (b @ k.T)  # (N, 2)
+        half = (self.beta * np.sqrt(np.sum(k * k, axis=1)))[None, :] * rho[:, None]
+        p_lo, p_hi = expit(centre - half), expit(centre + half)
+        pq_lo, pq_hi = p_lo * (1.0 - p_lo), p_hi * (1.0 - p_hi)
+        pq_max = np.where((p_lo <= 0.5) & (p_hi >= 0.5), 0.25, np.maximum(pq_lo, pq_hi))
+        pq_min = np.minimum(pq_lo, pq_hi)
+        t = lab[:, :2]
+        w_min = np.minimum((p_lo - t) * (1.0 - 2.0 * p_lo), (p_hi - t) * (1.0 - 2.0 * p_hi))
+        # and pq w >= -max(pq |1 - 2p|) max|p - t|: pq|1 - 2p| peaks at 1/2 -+ 1/(2 sqrt 3) (value 1/(6 sqrt 3))
+        h = lambda p: p * (1.0 - p) * np.abs(1.0 - 2.0 * p)  # noqa: E731
+        h_max = np.maximum(h(p_lo), h(p_hi))
+        for peak in (0.5 - 0.5 / math.sqrt(3.0), 0.5 + 0.5 / math.sqrt(3.0)):
+            h_max = np.where((p_lo <= peak) & (p_hi >= peak), 1.0 / (6.0 * math.sqrt(3.0)), h_max)
+        dev_max = np.maximum(np.abs(p_lo - t), np.abs(p_hi - t))
+        low = np.maximum(pq_max * np.minimum(w_min, 0.0), -h_max * dev_max)  # two lower bounds of pq w
+        neg = np.maximum(-4.0 * (pq_min * pq_min + low), 0.0)  # >= -l_r''
+        m = neg @ self.kk  # sum_r neg_r k_r k_r^T as (00, 01, 11)
+        top = 0.5 * (m[:, 0] + m[:, 2]) + np.hypot(0.5 * (m[:, 0] - m[:, 2]), m[:, 1])
+        return 1.0000001 * self.beta**2 * top
 
     def _p(self, c):
         return expit(self.beta * (c @ self.Kmat.T))
@@ -966,6 +1004,11 @@ class SoftmaxChannel:
                     c1_all[same] = r.c[same]
                     nonconvex &= ~same
                 sub = np.flatnonzero(nonconvex)
+                if sub.size:  # a sharper certificate on the sublevel set of start 0's minimum
+                    tight = sigma * kern.sublevel_curvature_bound(b[sub], lab[sub], sigma, r.f[sub]) < 1.0
+                    if warm is not None:  # one minimiser: the two branches coincide there
+                        c1_all[sub[tight]] = r.c[sub[tight]]
+                    sub = sub[~tight]
                 if sub.size:  # second start (the interpolating point) only where convexity is not certified
                     c_int = (p.beta0 / p.beta) * a[sub]
                     if prev is not None:

@@ -54,11 +54,12 @@ def matrix_update(
     ``fixed_nodes``: a cheap, lower-accuracy spectral side (the first stages of the SE iteration): a fixed
     composite rule of ``fixed_nodes``-point Gauss-Jacobi panels (:func:`_fixed_integrals`) instead of the
     adaptive rule (no error control). The default (None) is the adaptive rule (relative 1e-12).
-    ``warm``: a dict owned by the caller (start with ``{}``, kappa >= 1 only): the point u_c + i v_c that
-    rho_delta's subordination maps to the threshold eps is kept in it and the next call finds its own by
-    complex Newton from there (instead of a bracketed inversion of psi), falling back to the bracketed
-    inversion when Newton fails; the integrals are those of ``FreeConvolution.integrals`` (same pieces and
-    adaptive rule) up to the rounding of u_c.
+    ``warm``: a dict owned by the caller (start with ``{}``): the support's edges are kept in it and the next
+    call's edge search starts Newton there (``FreeConvolution(support_hint=...)``); for kappa >= 1 also the
+    point u_c + i v_c that rho_delta's subordination maps to the threshold eps, from which the next call finds
+    its own by complex Newton (instead of a bracketed inversion of psi), falling back to the bracketed
+    inversion when Newton fails. The integrals are those of ``FreeConvolution.integrals`` (same pieces and
+    adaptive rule) up to the rounding of the edges and of u_c.
     """
     lam = problem.student.lam
     q0 = measure.q0
@@ -73,7 +74,7 @@ def matrix_update(
         m = m_hat * q0 / den
         return MatrixSide(q, m, 1.0 / den, delta, 0.0, 1.0, m_hat * measure.moment(1) / den, 0.0)
     eps = 2.0 * lam / m_hat
-    fc = FreeConvolution(measure, delta)
+    fc = FreeConvolution(measure, delta, support_hint=warm)
     kappa = problem.student.kappa
     if kappa >= 1 and (fixed_nodes is not None or warm is not None):
         pieces = _pieces_above(fc, eps, warm)
