@@ -191,7 +191,7 @@ def part_speed(args) -> None:
             cpus.append(time.process_time() - c0)
         return walls, cpus, res
 
-    # the default reports the fixed point's own quadrature error (a low-order re-solve, ~1.4x the work);
+    # the default reports the fixed point's own quadrature error (a low-order re-solve, ~1.15x the work);
     # the solve alone (fixed_point_errors=False) is timed next to it
     w1, c1, r = time_ours()
     print(f"ours (before): {np.median(w1):.3f} s wall, {np.median(c1):.3f} s CPU per point (median of {reps}); "
