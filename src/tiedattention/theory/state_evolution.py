@@ -235,8 +235,9 @@ class StateEvolution:
         self.d = d
         self.accuracy = None if accuracy is None else float(accuracy)
         self.max_order = int(max_order)
-        self._rough_args = (d, dict(tol=tol, max_iter=max_iter, damping=damping, anderson=anderson,
-                                    max_step=max_step, floor_factor=floor_factor, max_floor=max_floor))
+        # (the keyword arguments of the solvers built from this one: the QMC re-solve, other orders)
+        self._solver_args = dict(tol=tol, max_iter=max_iter, damping=damping, anderson=anderson, max_step=max_step,
+                                 floor_factor=floor_factor, max_floor=max_floor)
         # QMC re-solve of a rough point (set on the instance that does it): cold accurate stage, stop at a
         # residual below this fraction of the rule's relative error estimate
         self._cold_accurate = False
@@ -426,7 +427,7 @@ class StateEvolution:
         """The same Gauss-Hermite solver at another order (no branch switch, no error estimates of its own)."""
         key = (order, tol)
         if key not in self._orders:
-            d, kw = self._rough_args
+            d, kw = self.d, self._solver_args
             kw = {**kw, "tol": tol if tol is not None else kw["tol"]}
             self._orders[key] = StateEvolution(
                 self.problem, d=d, channel_options={**self.channel_options, "order": order},
@@ -573,7 +574,7 @@ class StateEvolution:
     def _rough_solver(self) -> StateEvolution:
         """The QMC solver of the points the Gauss-Hermite rule cannot resolve (same problem and tolerances)."""
         if self._rough is None:
-            d, kw = self._rough_args
+            d, kw = self.d, self._solver_args
             kw = {**kw, "max_iter": min(kw["max_iter"], ROUGH_MAX_ITER)}
             rough = StateEvolution(self.problem, d=d, channel_options=self.rough_options, stall=ROUGH_STALL,
                                    root_fallback=False, branch_switch=None, warm_start=self.warm_start,
