@@ -117,21 +117,24 @@ def test_finite_size_channel_rejects_bad_input():
 #   direct 0.1:     0.34468 +- 0.00214 | 0.34647 (-0.8) | 0.34771 (-1.4)
 #   direct 0.5:     0.15950 +- 0.00088 | 0.15878 (+0.8) | 0.15603 (+4.0)
 #   direct 2:       0.09146 +- 0.00032 | 0.09168 (-0.7) | 0.09049 (+3.0)
-CASES = [("factorized", 0.5), ("direct", 0.1), ("direct", 0.5), ("direct", 2.0)]
+#   factorised 0.25, 32 seeds (2026-11-30): 0.19223 +- 0.00076 | 0.19232 (-0.1) | 0.18841 (+5.0); with seeds 0-7
+#   alone 0.19524 +- 0.00100 (+2.9): a high draw. Not here: alpha <= 0.1, where the finite-size SE misses training by
+#   +2 to +9 s.e. with 32 seeds (finite_size.md section 5)
+CASES = [("factorized", 0.5, 8), ("factorized", 0.25, 32), ("direct", 0.1, 8), ("direct", 0.5, 8), ("direct", 2.0, 8)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model,alpha", CASES)
-def test_finite_size_se_meets_d100_training(model, alpha, torch_one_thread):
+@pytest.mark.parametrize("model,alpha,seeds", CASES)
+def test_finite_size_se_meets_d100_training(model, alpha, seeds, torch_one_thread):
     """MP kappa0 = 0.5, Delta = 0.5, lambda = 0.01, T = 2: the finite-size SE at d = 100 lies within two standard
-    errors (plus its own QMC error) of the d = 100 prox ERM, re-trained here (8 seeds, 4e4 test sequences), where
-    the d -> infinity SE does not (direct alpha = 0.5: +4 s.e.; factorised alpha = 0.5: +5 s.e.)."""
+    errors (plus its own QMC error) of the d = 100 prox ERM, re-trained here (8 or 32 seeds, 4e4 test sequences),
+    where the d -> infinity SE does not (direct alpha = 0.5: +4 s.e.; factorised alpha = 0.5: +5 s.e., 0.25: +5)."""
     sim = pytest.importorskip("tiedattention.simulation")
     p = Problem.from_options(lam=0.01, model=model)
     fd = solve_finite_size(p, alpha, 100)
     assert fd.converged, fd.message
     rows = [sim.simulate_record(p, alpha, 100, seeds=1, seed0=s, solver="prox", threads=1, n_test=40_000)
-            for s in range(8)]
+            for s in range(seeds)]
     te = np.array([r["test_error_mean"] for r in rows])
     mean, sem = te.mean(), te.std(ddof=1) / math.sqrt(te.size)
     z_fd, z_se = (mean - fd.test_error) / sem, (mean - fd.se["test_error"]) / sem
