@@ -177,3 +177,22 @@ def test_support_hint_gives_the_same_edges_in_fewer_steps(monkeypatch, target):
     count[0] = 0
     FreeConvolution(other, 0.3003)
     assert n_other == count[0]
+
+
+@pytest.mark.parametrize("target", ["mp:0.5", "mp:0.2", "powerlaw:1.25", "spikes:4,3,2.5"])
+def test_support_hint_along_a_sequence_of_deltas(target):
+    """One hint carried through deltas that move both ways and across gap openings/closings (which gaps are open
+    is reused from the previous construction only where F's monotonicity in delta decides it): every support
+    equals the cold one."""
+    spec = parse_target(target)
+    mu = spec.measure(200) if not target.startswith("mp") else spec.measure()
+    hint: dict = {}
+    counts = set()
+    for delta in (0.3, 0.25, 0.35, 0.5, 0.2, 0.05, 0.8, 0.1, 0.1001):
+        warm = FreeConvolution(mu, delta, support_hint=hint)
+        cold = FreeConvolution(mu, delta)
+        assert len(warm.intervals_u) == len(cold.intervals_u)
+        np.testing.assert_allclose(np.ravel(warm.intervals_u), np.ravel(cold.intervals_u), rtol=1e-13, atol=1e-15)
+        counts.add(len(cold.intervals_u))
+    if not target.startswith("spikes"):  # (the sequence crosses gap openings: 1-2 bulks for MP, 6-24 power law)
+        assert len(counts) > 1

@@ -888,6 +888,7 @@ class SoftmaxChannel:
         else:
             panels = list(_qmc_panels(self.dim, self.qmc_log2, self.replicas, self.seed))
         self.panels = tuple(panels)
+        self._label_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # per own panel: labels, curvature bound
         self._prune = float(prune)
         self.R3, self.RR = _reduced_design(T)
         self._noise_basis = _row_noise_basis(T)
@@ -932,6 +933,26 @@ class SoftmaxChannel:
         groups = _channel_groups(self.dim - self.n, self.n, False) if self.symmetric else ()
         return tuple(_gh_panel_no_student(self.dim, self.n, o, self._prune, groups) for o in orders)
 
+    def _labels(self, ip: int, panel: _Panel, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The kernel's labels of the teacher logits a (noisy labels: plus the output noise of the panel's nodes)
+        and the global curvature bound per node. Neither depends on (q, m, sigma) (a = sqrt(Qz) x), so for the
+        rule's own panels they are computed once per channel and kept."""
+        own = ip < len(self.panels) and panel is self.panels[ip]
+        if own and ip in self._label_cache:
+            return self._label_cache[ip]
+        p, T, N = self.params, self.params.tokens, panel.x.shape[0]
+        y = _softmax_rows((p.beta0 * (a @ self.R3.reshape(T * T, self.n).T)).reshape(N, T, T))
+        if self.noise_dim:
+            xi = panel.x[:, 2 * self.n :].reshape(N, T, T - 1)
+            y = y + math.sqrt(p.noise_out) * np.einsum("nri,ci->nrc", xi, self._noise_basis)
+        lab = self._kern.labels(y)
+        out = (lab, self._kern.negative_curvature_bound(lab))
+        for arr in out:
+            arr.setflags(write=False)
+        if own:
+            self._label_cache[ip] = out
+        return out
+
     def _teacher_student(self, panel: _Panel, qz: float, m: float, s_cond: float):
         n = self.n
         a = math.sqrt(qz) * panel.x[:, :n]
@@ -968,19 +989,13 @@ class SoftmaxChannel:
         qz = p.q_zeta
         q, m, s_cond = self._check_qm(q, m, qz)
         T, n = p.tokens, self.n
-        R2 = self.R3.reshape(T * T, n)
         kern = self._kern
         det = qz * q - m * m
         per_panel, max_res, max_it = [], 0.0, 0
         for ip, panel in enumerate(self._panels_for(s_cond)):
             N = panel.x.shape[0]
             a, b = self._teacher_student(panel, qz, m, s_cond)
-            y0 = _softmax_rows((p.beta0 * (a @ R2.T)).reshape(N, T, T))
-            y = y0
-            if self.noise_dim:
-                xi = panel.x[:, 2 * n :].reshape(N, T, T - 1)
-                y = y0 + math.sqrt(p.noise_out) * np.einsum("nri,ci->nrc", xi, self._noise_basis)
-            lab = kern.labels(y)
+            lab, curvature = self._labels(ip, panel, a)
             if sigma == 0.0:
                 # exact limit: h* = z, prox objective = loss
                 loss, gl, Hl = kern.derivs(b, lab)
@@ -991,7 +1006,7 @@ class SoftmaxChannel:
                 sig = np.full(N, sigma)
                 # convexity certificate: where sigma * (bound on -lambda_min(H)) < 1 the prox objective is
                 # strictly convex and the start z suffices; elsewhere also start at the interpolating point
-                nonconvex = sigma * kern.negative_curvature_bound(lab) >= 1.0
+                nonconvex = sigma * curvature >= 1.0
                 prev = warm.get((ip, N)) if warm is not None else None
                 start0 = prev[0] if prev is not None else b
                 r = _prox_reduced(kern, b, lab, sig, [start0], self.tol, self.max_iter)

@@ -373,7 +373,7 @@ class FreeConvolution:
         wmin = np.fmin(mass[:-1], mass[1:])
         cand = (width > 0) & (~atom_gap | (width**2 > 8.0 * wmin * t))
         idx = np.flatnonzero(cand)
-        pts = self._open_points(gl[idx], gr[idx], inv_t)
+        pts = self._open_points_hinted(idx, gl, gr, inv_t, hint)
         open_ = np.isfinite(pts)
         idx, pts = idx[open_], pts[open_]
 
@@ -403,6 +403,41 @@ class FreeConvolution:
         edges = np.concatenate([[roots[0]], np.ravel(np.column_stack([roots[2 : 2 + k], roots[2 + k :]])),
                                 [roots[1]]])
         return [(float(edges[i]), float(edges[i + 1])) for i in range(0, edges.size, 2)]
+
+    def _open_points_hinted(self, idx, gl, gr, level: float, hint: dict | None) -> np.ndarray:
+        """:meth:`_open_points` on the candidate gaps ``idx``, using what a previous construction (same measure,
+        ``hint``) found: F does not depend on delta, so a gap closed at delta' (F >= 1/delta'^2 throughout) is
+        closed for every delta >= delta', and a point with F < 1/delta'^2 proves the gap open for delta <= delta'
+        (and for any delta where F there is still < 1/delta^2, checked in one evaluation). Exact either way; the
+        remaining gaps are searched as before."""
+        pts = np.full(idx.size, np.nan)
+        todo = np.ones(idx.size, dtype=bool)
+        prev = hint.get("gaps") if hint is not None else None
+        if prev is not None and prev[0] is self.measure:
+            delta0, known = prev[1], prev[2]
+            check = []
+            for j, g in enumerate(idx.tolist()):
+                pt = known.get(g)
+                if pt is None:
+                    continue
+                if np.isnan(pt):
+                    todo[j] = not self.delta >= delta0
+                elif self.delta <= delta0:
+                    pts[j], todo[j] = pt, False
+                else:
+                    pts[j] = pt
+                    check.append(j)
+            if check:
+                check = np.array(check)
+                f = self.kernel.real_axis(pts[check])[1]
+                holds = f < level
+                todo[check[holds]] = False
+                pts[check[~holds]] = np.nan
+        if todo.any():
+            pts[todo] = self._open_points(gl[idx[todo]], gr[idx[todo]], level)
+        if hint is not None:
+            hint["gaps"] = (self.measure, self.delta, dict(zip(idx.tolist(), pts.tolist(), strict=True)))
+        return pts
 
     def _open_points(self, a: np.ndarray, b: np.ndarray, level: float) -> np.ndarray:
         """For convex F on gaps (a, b) (F -> inf at both ends): a point with F < level, or nan if none."""
