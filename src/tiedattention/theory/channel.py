@@ -485,7 +485,9 @@ def _newton_reduced(kern, b, lab, sig, c0, tol, max_iter, keep_derivs=False):
     for it in range(max_iter + 1):
         if active.size == 0:
             break
-        cc, bb, ll, ss = c[active], b[active], lab[active], sig[active]
+        # (no copies while every node is still active / kept: active is then arange(N), keep all True)
+        whole = active.size == N
+        cc, bb, ll, ss = (c, b, lab, sig) if whole else (c[active], b[active], lab[active], sig[active])
         loss, gl, Hl = kern.derivs(cc, ll)
         dc = cc - bb
         res, gf = _scaled_residual(dc, gl, ss)
@@ -494,19 +496,29 @@ def _newton_reduced(kern, b, lab, sig, c0, tol, max_iter, keep_derivs=False):
             store(active, slice(None), loss, gl, Hl, res)
             break
         it_done = it + 1
-        store(active[~keep], ~keep, loss, gl, Hl, res)
-        idx = active[keep]
-        loss_k, gl_k, Hl_k, res_k = loss[keep], gl[keep], Hl[keep], res[keep]
-        cc, bb, ll, ss, gf, Hl = cc[keep], bb[keep], ll[keep], ss[keep], gf[keep], Hl[keep]
-        dk = dc[keep]
-        f0 = _rowdot(dk, dk) / (2.0 * ss) + loss[keep]
+        if keep.all():
+            idx = active
+            loss_k, gl_k, Hl_k, res_k, dk = loss, gl, Hl, res, dc
+        else:
+            store(active[~keep], ~keep, loss, gl, Hl, res)
+            idx = active[keep]
+            loss_k, gl_k, Hl_k, res_k = loss[keep], gl[keep], Hl[keep], res[keep]
+            cc, bb, ll, ss, gf, Hl = cc[keep], bb[keep], ll[keep], ss[keep], gf[keep], Hl[keep]
+            dk = dc[keep]
+        f0 = _rowdot(dk, dk) / (2.0 * ss) + loss_k
         d = _modified_newton_step(Hl + eye / ss[:, None, None], gf, 1e-8 / ss)
         slope = _rowdot(gf, d)  # < 0
         t = np.ones(idx.size)
         # in the quadratic regime the decrease is below round-off: take the full step
         pending = -slope > 1e-13 * (1.0 + np.abs(f0))
         cnew = cc + d
-        for _ in range(60):
+        passes = 60
+        if pending.all():  # the full step for every node first, without index copies (t = 1: ctry = cnew)
+            ok = fval(cnew, bb, ll, ss) <= f0 + 1e-4 * t * slope
+            pending = ~ok
+            t[pending] *= 0.5
+            passes = 59
+        for _ in range(passes):
             if not pending.any():
                 break
             p = np.flatnonzero(pending)
