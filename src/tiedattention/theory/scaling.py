@@ -691,6 +691,37 @@ class FastFiniteD(StateEvolution):
                     break
             return lo, mid, hi, e_lo, e_mid, e_hi
 
+        def redo_exact(v_start: float, x_start: np.ndarray, seed: tuple[float, np.ndarray] | None = None):
+            """Search again from v_start with exact trials, warm started at x_start (``seed``: an exact trial
+            already known at v_start): the bracket of the new walk."""
+            nonlocal x0, exact_trials
+            x0, exact_trials = x_start, True
+            trials.clear()
+            if seed is not None:
+                trials[v_start] = seed
+            return walk(v_start)
+
+        def vertex() -> tuple[float, float]:
+            """The parabola's vertex through the three trials (the middle one where there is none inside the
+            bracket) and the parabola's value there."""
+            den = (mid - lo) * (e_mid - e_hi) - (mid - hi) * (e_mid - e_lo)
+            if not all(math.isfinite(v) for v in (e_lo, e_mid, e_hi)) or den == 0:
+                return mid, e_mid
+            num = (mid - lo) ** 2 * (e_mid - e_hi) - (mid - hi) ** 2 * (e_mid - e_lo)
+            cand = mid - 0.5 * num / den
+            if not lo < cand < hi:
+                return mid, e_mid
+            value = (e_lo * (cand - mid) * (cand - hi) / ((lo - mid) * (lo - hi))  # Lagrange form
+                     + e_mid * (cand - lo) * (cand - hi) / ((mid - lo) * (mid - hi))
+                     + e_hi * (cand - lo) * (cand - mid) / ((hi - lo) * (hi - mid)))
+            return cand, value
+
+        def exact_vertex() -> tuple[float, float, SEResult | None]:
+            """The current bracket's vertex, the parabola's value there, and the exact SE at it."""
+            v, value = vertex()
+            set_var(v)
+            return v, value, exact_at(v, start_for(v))
+
         deltas: dict[float, float] = {}
         lo, mid, hi, e_lo, e_mid, e_hi = walk(v0)
         renodes = 0
@@ -707,24 +738,7 @@ class FastFiniteD(StateEvolution):
         node_gap = max(gaps) if gaps else math.nan
         if not exact_trials and node_gap > renode_tol:
             renodes = 1
-            x0 = trials[mid][1]
-            exact_trials = True
-            trials.clear()
-            lo, mid, hi, e_lo, e_mid, e_hi = walk(mid)
-        def vertex() -> tuple[float, float]:
-            """The parabola's vertex through the three trials (the middle one where there is none inside the
-            bracket) and the parabola's value there."""
-            den = (mid - lo) * (e_mid - e_hi) - (mid - hi) * (e_mid - e_lo)
-            if not all(math.isfinite(v) for v in (e_lo, e_mid, e_hi)) or den == 0:
-                return mid, e_mid
-            num = (mid - lo) ** 2 * (e_mid - e_hi) - (mid - hi) ** 2 * (e_mid - e_lo)
-            cand = mid - 0.5 * num / den
-            if not lo < cand < hi:
-                return mid, e_mid
-            value = (e_lo * (cand - mid) * (cand - hi) / ((lo - mid) * (lo - hi))  # Lagrange form
-                     + e_mid * (cand - lo) * (cand - hi) / ((mid - lo) * (mid - hi))
-                     + e_hi * (cand - lo) * (cand - mid) / ((hi - lo) * (hi - mid)))
-            return cand, value
+            lo, mid, hi, e_lo, e_mid, e_hi = redo_exact(mid, trials[mid][1])
 
         r_star, pred = vertex()
         set_var(r_star)
@@ -739,13 +753,8 @@ class FastFiniteD(StateEvolution):
             depth = min(e_lo, e_hi) - e_mid
             if abs(res.test_error - pred) > bias_tol * max(depth, 0.0):
                 bias_redo = 1
-                x0 = res.x
-                exact_trials = True
-                trials.clear()
-                lo, mid, hi, e_lo, e_mid, e_hi = walk(r_star)
-                r_star, pred = vertex()
-                set_var(r_star)
-                res = exact_at(r_star, start_for(r_star))
+                lo, mid, hi, e_lo, e_mid, e_hi = redo_exact(r_star, res.x)
+                r_star, pred, res = exact_vertex()
         info = {var: r_star, "trials": len(trials), "search": sorted((k, v[0]) for k, v in trials.items()),
                 "renodes": renodes, "node_gap": node_gap, "bias_redo": bias_redo}
         ok = res is not None and res.converged
@@ -787,14 +796,8 @@ class FastFiniteD(StateEvolution):
         info.update(scan=True, scan_trials=len(found) - 1, scan_min=(v_best, found[v_best][0]))
         if not found[v_best][0] < info["walk"][1]:  # (the walk's end is the lowest point seen: keep it)
             return res, info
-        x0 = found[v_best][1]
-        exact_trials = True
-        trials.clear()
-        trials[v_best] = found[v_best]
-        lo, mid, hi, e_lo, e_mid, e_hi = walk(v_best)
-        r_new, _ = vertex()
-        set_var(r_new)
-        res_new = exact_at(r_new, start_for(r_new))
+        lo, mid, hi, e_lo, e_mid, e_hi = redo_exact(v_best, found[v_best][1], seed=found[v_best])
+        r_new, _, res_new = exact_vertex()
         if res_new is not None and res_new.converged and (not ok or res_new.test_error < res.test_error):
             res, r_star = res_new, r_new
             info.update(basin="scan", loglam=r_new)
