@@ -438,10 +438,11 @@ class StateEvolution:
     def _low_solver(self) -> StateEvolution:
         """The solver at the error-estimate order (``channel_final.order_low``), for the fixed point's error; its
         tolerance 1e-5 suffices (the two fixed points differ by ~1e-3 in y; the estimate moves by <= 1e-7), so it
-        stops at its warm stage with the fixed spectral rule (``_estimate_only``: ~1e-7 from the cold map's fixed
-        point), skips its own per-evaluation error estimate, and takes its first channel evaluation from the
-        accurate solve's estimate at the point (``_seed_in``): 4 channel evaluations instead of 6."""
-        low = self._order_solver(self.channel_final.order_low, max(self.tol, 1e-5))
+        stops at its warm stage (``_estimate_only``; that stage uses the adaptive spectral rule then, and its fixed
+        point is within the warm proxes' ~1e-9 of the cold map's), skips its own per-evaluation error estimate,
+        and takes its first channel evaluation from the accurate solve's estimate at the point (``_seed_in``): 4
+        channel evaluations instead of 6."""
+        low = self._order_solver(self.channel_final.order_low, max(self.tol, 1e-6))
         low._estimate_at_point = False
         low._estimate_only = True
         return low
@@ -607,7 +608,9 @@ class StateEvolution:
         if self.channel_coarse is not None:
             # QMC: a cheap rule; Gauss-Hermite: the accurate rule with the fixed spectral rule
             warm = {} if self.warm_start else None
-            nodes = None if self._qmc else self.coarse_spectral_nodes
+            # (the low-order comparison solve stops at this stage: the adaptive spectral rule there, so that its
+            # fixed point carries the channel rule's difference alone -- a power law's fixed rule is ~1e-5 off)
+            nodes = None if self._qmc or self._estimate_only else self.coarse_spectral_nodes
             stages.append((self.channel_coarse, warm, nodes, self.coarse_tol))
         prior, self._prior_in = self._prior_in, None  # secant pairs handed over by the solver of another order
         for channel, warm, nodes, tol in stages:
@@ -623,8 +626,8 @@ class StateEvolution:
                 y = st["y"] if st["converged"] else st["best_y"]
                 prior = st["pairs"]
         if self._estimate_only and stages and st["converged"] and st["final"] is not None:
-            # the low-order comparison solve (tol >= 1e-5): the cheap stage's fixed point differs from the cold
-            # map's by its spectral rule and warm proxes (~1e-7), far below what the comparison resolves
+            # the low-order comparison solve (tol >= 1e-5): the warm stage's fixed point (adaptive spectral rule)
+            # differs from the cold map's by the warm proxes' branch choice (~1e-9), far below what it resolves
             y_eval, ch, ms = st["final"]
             self._pairs_out = st.get("pairs")
             return self._observables(alpha, self._to_x(y_eval), ch, ms, True, it0, st["resid"], "")
