@@ -441,9 +441,9 @@ def test_fixed_point_error_is_reported_and_the_order_raised_where_it_is_large():
 def test_low_order_comparison_equals_a_full_low_order_solve(target, d):
     """The fixed point's error estimate re-solves at 0.75 x the order cheaply: its first channel evaluation is the
     one the accurate solve's per-evaluation estimate made at the point (handed over, bit-identical to a cold call),
-    and it stops at its warm stage (adaptive spectral rule, tol 1e-6). Against an independent full cold solve at
-    order 12 the estimate agrees to 1e-8 (a discrete spectrum too: with the fixed spectral rule the power law's
-    estimate was off by its ~1e-5 error); the per-evaluation estimate is |I(16) - I(12)| at the point exactly."""
+    and it stops after its warm stages (fixed, then adaptive spectral rule; tol 1e-7). Against an independent full
+    cold solve at order 12 the estimate agrees to 1e-8 (a discrete spectrum too: with the fixed spectral rule alone
+    the power law's estimate was 5e-6 off); the per-evaluation estimate is |I(16) - I(12)| at the point exactly."""
     from tiedattention.theory.channel import SoftmaxChannel
 
     p = Problem.from_options(target=target)

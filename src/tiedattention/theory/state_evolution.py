@@ -438,11 +438,12 @@ class StateEvolution:
     def _low_solver(self) -> StateEvolution:
         """The solver at the error-estimate order (``channel_final.order_low``), for the fixed point's error; its
         tolerance 1e-5 suffices (the two fixed points differ by ~1e-3 in y; the estimate moves by <= 1e-7), so it
-        stops at its warm stage (``_estimate_only``; that stage uses the adaptive spectral rule then, and its fixed
-        point is within the warm proxes' ~1e-9 of the cold map's), skips its own per-evaluation error estimate,
-        and takes its first channel evaluation from the accurate solve's estimate at the point (``_seed_in``): 4
-        channel evaluations instead of 6."""
-        low = self._order_solver(self.channel_final.order_low, max(self.tol, 1e-6))
+        stops after its warm stages (``_estimate_only``: the fixed spectral rule, then 1-2 evaluations with the
+        adaptive one, to tol 1e-7; the fixed point is within the warm proxes' ~1e-9 of the cold map's, and the
+        estimates equal those of fully converged solves at both orders to 1e-8), skips its own per-evaluation
+        error estimate, and takes its first channel evaluation from the accurate solve's estimate at the point
+        (``_seed_in``)."""
+        low = self._order_solver(self.channel_final.order_low, max(self.tol, 1e-7))
         low._estimate_at_point = False
         low._estimate_only = True
         return low
@@ -608,10 +609,13 @@ class StateEvolution:
         if self.channel_coarse is not None:
             # QMC: a cheap rule; Gauss-Hermite: the accurate rule with the fixed spectral rule
             warm = {} if self.warm_start else None
-            # (the low-order comparison solve stops at this stage: the adaptive spectral rule there, so that its
-            # fixed point carries the channel rule's difference alone -- a power law's fixed rule is ~1e-5 off)
-            nodes = None if self._qmc or self._estimate_only else self.coarse_spectral_nodes
+            nodes = None if self._qmc else self.coarse_spectral_nodes
             stages.append((self.channel_coarse, warm, nodes, self.coarse_tol))
+            if self._estimate_only and nodes is not None:
+                # the low-order comparison solve stops after this stage, continued with the adaptive spectral
+                # rule (1-2 evaluations), so that its fixed point carries the channel rule's difference alone (a
+                # d = 2000 power law's fixed spectral rule moved the estimate by 6.5e-6)
+                stages.append((self.channel_coarse, warm, None, self.tol))
         prior, self._prior_in = self._prior_in, None  # secant pairs handed over by the solver of another order
         for channel, warm, nodes, tol in stages:
             self._stage = (channel, warm)
@@ -626,8 +630,8 @@ class StateEvolution:
                 y = st["y"] if st["converged"] else st["best_y"]
                 prior = st["pairs"]
         if self._estimate_only and stages and st["converged"] and st["final"] is not None:
-            # the low-order comparison solve (tol >= 1e-5): the warm stage's fixed point (adaptive spectral rule)
-            # differs from the cold map's by the warm proxes' branch choice (~1e-9), far below what it resolves
+            # the low-order comparison solve: the warm stages' fixed point (adaptive spectral rule last) differs
+            # from the cold map's by the warm proxes' branch choice (~1e-9), far below what it resolves
             y_eval, ch, ms = st["final"]
             self._pairs_out = st.get("pairs")
             return self._observables(alpha, self._to_x(y_eval), ch, ms, True, it0, st["resid"], "")
