@@ -197,8 +197,9 @@ class _GeneralKernel:
         return 12.0 * self.beta**2 * yr
 
     def sublevel_curvature_bound(self, b: np.ndarray, lab: np.ndarray, sigma: float, f0: np.ndarray) -> np.ndarray:
-        """The same bound on the sublevel set {f <= f0} only (no sharper one for T >= 3)."""
-        return self.negative_curvature_bound(lab)
+        """No sharper bound on the sublevel set {f <= f0} for T >= 3: inf (certifies no node; it is only asked
+        where :meth:`negative_curvature_bound` already failed, so recomputing that would certify none either)."""
+        return np.full(b.shape[0], np.inf)
 
     def _u(self, c):
         return (self.beta * (c @ self.R2T)).reshape(-1, self.T, self.T)

@@ -226,8 +226,8 @@ class StateEvolution:
         self._pairs_out = None
         self._prior_in = None
         self._estimate_at_point = True  # the low-order comparison solve needs no per-evaluation estimate
-        # the low-order comparison solve: its cheap stage's fixed point suffices (below), and its first channel
-        # evaluation, at the point, is the one the accurate solve's error estimate made (handed over in _seed_in)
+        # the low-order comparison solve: its warm stages' fixed point suffices (_solve_regular_staged), and its
+        # first channel evaluation, at the point, is the one the accurate solve's error estimate made (_seed_in)
         self._estimate_only = False
         self._low_seed = None
         self._seed_in = None
@@ -308,8 +308,7 @@ class StateEvolution:
         if seed is None or warm is None or warm:
             return None
         s_alpha, s_x, s_ch, s_warm, s_rule = seed
-        rule = (channel.params, channel.rule, channel.order, channel.tol, channel.max_iter)
-        if s_alpha != alpha or s_rule != rule or not np.allclose(x, s_x, rtol=1e-13, atol=0.0):
+        if s_alpha != alpha or s_rule != _rule_key(channel) or not np.allclose(x, s_x, rtol=1e-13, atol=0.0):
             return None
         warm.update(s_warm)
         return s_ch
@@ -436,8 +435,7 @@ class StateEvolution:
         return self._orders[key]
 
     def _low_solver(self) -> StateEvolution:
-        """The solver at the error-estimate order (``channel_final.order_low``), for the fixed point's error; its
-        tolerance 1e-5 suffices (the two fixed points differ by ~1e-3 in y; the estimate moves by <= 1e-7), so it
+        """The solver at the error-estimate order (``channel_final.order_low``), for the fixed point's error. It
         stops after its warm stages (``_estimate_only``: the fixed spectral rule, then 1-2 evaluations with the
         adaptive one, to tol 1e-7; the fixed point is within the warm proxes' ~1e-9 of the cold map's, and the
         estimates equal those of fully converged solves at both orders to 1e-8), skips its own per-evaluation
@@ -711,8 +709,7 @@ class StateEvolution:
         Gauss-Hermite panel): the error estimates |order - order_low| from one evaluation of the low rule."""
         warm: dict = {}  # (fresh: the cold evaluation, recorded for the low-order solve's first evaluation)
         low = self.channel_low.moments(alpha, *x, warm=warm)
-        c = self.channel_low
-        self._low_seed = (alpha, np.array(x, float), low, warm, (c.params, c.rule, c.order, c.tol, c.max_iter))
+        self._low_seed = (alpha, np.array(x, float), low, warm, _rule_key(self.channel_low))
         err = {k: abs(getattr(ch, k) - getattr(low, k)) for k in ch.error_estimate}
         stein = {**ch.stein, "m_hat_err": abs(ch.stein["m_hat"] - low.stein["m_hat"]),
                  "sigma_hat_err": abs(ch.stein["sigma_hat"] - low.stein["sigma_hat"])}
@@ -992,6 +989,12 @@ def channel_setup(problem: Problem, q0: float, channel_options: dict | None = No
     if task.tokens >= 5 and "qmc_log2" not in options:
         options["qmc_log2"] = 11
     return params, options
+
+
+def _rule_key(channel: SoftmaxChannel) -> tuple:
+    """What decides a channel call's value besides its arguments: the parameters and the rule (two channels with
+    equal keys give bit-identical moments)."""
+    return (channel.params, channel.rule, channel.order, channel.tol, channel.max_iter)
 
 
 def _order_difference(res: SEResult, other: SEResult) -> dict[str, float]:
