@@ -208,6 +208,31 @@ def test_cli_scaling_bad_input():
     assert r.exit_code == 2 and "--route" in r.output
 
 
+def test_cli_scaling_joint_law_json():
+    """--joint-law K at finite d: every record gets the joint-law excess (top outlier corrected), 7-12 % above the
+    Gaussian channel's at d = 100 (scaling.md "Simulations" (b), (e)), and the summary its fitted exponent."""
+    res = CliRunner().invoke(app, ["scaling", "--d", "100", "--n-range", "5000:20000", "--points", "3", "--kmin", "1",
+                                   "--joint-law", "6", "--json"])
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in res.stdout.strip().splitlines()]
+    recs, last = lines[:-1], lines[-1]
+    assert len(recs) == 3 and all(r["converged"] and r["joint_law_corrected"] == 1 for r in recs)
+    for r in recs:
+        ratio = r["excess_joint_law"] / r["excess"]
+        assert 1.04 < ratio < 1.15 and r["excess_joint_law_err"] < 0.03 * r["excess_joint_law"], r
+        assert r["joint_law_k"] == 6 and r["e0_joint_law"] == recs[0]["e0_joint_law"]
+    assert recs[0]["excess_joint_law"] > recs[1]["excess_joint_law"] > recs[2]["excess_joint_law"]
+    assert abs(last["fitted_exponent_joint_law"] - last["fitted_exponent"]) < 0.03, last
+
+
+@pytest.mark.parametrize("args", [["--joint-law", "-1", "--d", "100"], ["--joint-law", "4", "--d", "inf"],
+                                  ["--joint-law", "200", "--d", "100"]])
+def test_cli_scaling_joint_law_bad_input(args):
+    r = CliRunner().invoke(app, ["scaling", *args, "--json"])
+    lines = [s for s in r.output.splitlines() if s.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: --joint-law:"), r.output
+
+
 def test_fast_iterate_is_the_shared_loop_with_its_own_cap():
     """The fast route's fixed point on its nodes is StateEvolution._iterate with the cap 80 and no stall rule,
     set for the call only: a cap of 3 fails (None), the solver keeps its own knobs (400, 25), and the point

@@ -495,3 +495,63 @@ def test_corrected_power_law_outlier_against_training_d100(torch_one_thread):
               f"{c.shift_error[0]:.4f}), trained {top:.4f} +- {sem:.4f}")
         assert c.se[0] - top > 0.08 * top and c.se[0] - top > 5 * sem  # the Gaussian channel's outlier misses
         assert abs(top - c.corrected[0]) <= 2.5 * math.hypot(sem, c.shift_error[0]) + 0.01 * top
+
+
+# --------------------------------------------------------------------------------------------------
+# one SE point under the joint law with its top outlier corrected (scaling --joint-law)
+# --------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pl_point_d100():
+    """powerlaw:1.25 at d = 100, n/d = 50 (alpha = 0.5) with the optimal lambda of the finite-d SE (0.1262)."""
+    from tiedattention.theory.state_evolution import StateEvolution
+
+    p = Problem.from_options(target="powerlaw:1.25", noise=0.5, lam=0.1262)
+    se = StateEvolution(p, d=100)
+    res = se.solve(0.5)
+    assert res.converged and res.phase == "regular"
+    return p, se, res
+
+
+def test_with_outliers_keeps_the_remainder(pl_point_d100):
+    from tiedattention.theory.strong_modes import student_modes, with_outliers
+
+    p, se, res = pl_point_d100
+    modes, info = student_modes(p, se.measure, res, 100, 8)
+    assert info["k_star"] >= 3
+    ell = modes.ell.copy()
+    ell[0] *= 0.9
+    ell[2] *= 1.1
+    moved = with_outliers(modes, ell)
+    assert np.allclose(moved.remainder(), modes.remainder(), rtol=0, atol=1e-13)
+    assert moved.q < modes.q and moved.m < modes.m  # the top outlier carries most of q and m
+    same = with_outliers(modes, modes.ell)
+    assert (same.q, same.m) == pytest.approx((modes.q, modes.m), abs=1e-15)
+    for bad in (ell[:3], -ell, ell * np.nan):
+        with pytest.raises(ParameterError, match="ell"):
+            with_outliers(modes, bad)
+
+
+def test_joint_law_point_lowers_the_top_outlier_and_raises_the_excess(pl_point_d100):
+    """The joint law raises the excess over the Gaussian channel's (by ~9 % here, scaling.md "Simulations" (b));
+    correcting the top outlier lowers it (6.545 -> ~6.38, decomposition.md section 7.1) and raises the excess
+    further (~2 %: the d = 100 simulations' 0.01915 +- 0.00014 against 0.01875 uncorrected). Paired on one QMC
+    rule, so the ordering is exact up to the paired error."""
+    from tiedattention.theory.scaling import saturation_error
+    from tiedattention.theory.strong_modes import exact_saturation, joint_law_point
+
+    p, se, res = pl_point_d100
+    rule = {"log2n": 12, "replicas": 8}
+    sat, _ = exact_saturation(p, 100, 8, **rule)
+    plain = joint_law_point(p, se.measure, res, 100, 8, correct=0, saturation=sat, **rule)
+    moved = joint_law_point(p, se.measure, res, 100, 8, correct=1, saturation=sat, **rule)
+    gauss = res.test_error - saturation_error(se)[0]  # the Gaussian channel's excess, 0.01757
+    assert gauss == pytest.approx(0.01757, abs=2e-5)
+    assert plain["joint_law_corrected"] == 0 and moved["joint_law_corrected"] == 1
+    assert plain["outliers_joint_law"] == [] and 6.2 < moved["outliers_joint_law"][0] < 6.5  # the SE's 6.545
+    assert plain["e0_joint_law"] == moved["e0_joint_law"] == sat.value
+    assert 1.03 < plain["excess_joint_law"] / gauss < 1.12, (plain, gauss)
+    lift = moved["excess_joint_law"] - plain["excess_joint_law"]
+    assert 0.01 * plain["excess_joint_law"] < lift < 0.05 * plain["excess_joint_law"], (lift, plain, moved)
+    assert moved["excess_joint_law_err"] < 0.02 * moved["excess_joint_law"]
+    with pytest.raises(ParameterError, match="joint-law-correct"):
+        joint_law_point(p, se.measure, res, 100, 8, correct=-1, saturation=sat, **rule)

@@ -73,6 +73,10 @@ def scaling(
     k_stop: Annotated[
         int | None, typer.Option("--k-stop", help="finite d: stop the curve after the first point with k* > K")
     ] = None,
+    joint_law: Annotated[
+        int, typer.Option("--joint-law", help="finite d, K > 0: also the excess under the exact (non-Gaussian) law of "
+                          "the top K target modes, with the top learned outlier corrected for it")
+    ] = 0,
     json: JsonOpt = False,
 ) -> None:
     """Scaling law of the excess test error for a power-law target (docs/theory/scaling.md)."""
@@ -101,6 +105,12 @@ def scaling(
             raise ParameterError("route", f"must be auto, fast or plain (got {route})")
         if k_stop is not None and k_stop < 0:
             raise ParameterError("k-stop", f"must be >= 0 (got {k_stop})")
+        if joint_law < 0:
+            raise ParameterError("joint-law", f"must be >= 0 (got {joint_law})")
+        if joint_law and d_inf:
+            raise ParameterError("joint-law", "needs a finite dimension (--d D)")
+        if joint_law and joint_law > d_val:
+            raise ParameterError("joint-law", f"must be <= d = {d_val} (got {joint_law})")
         lo, hi = _range(n_range)
         if points < 3:
             raise ParameterError("points", f"needs at least 3 points (got {points})")
@@ -118,6 +128,8 @@ def scaling(
                                          route=route, k_stop=k_stop, **options)
                 for r in records:
                     r["n"] = r["alpha"] * d_val**2
+                if joint_law:
+                    _add_joint_law(problem, records, d_val, joint_law, bar)
         kcap = math.inf if d_inf else kmax_frac * d_val
         use = [r for r in records if r["converged"] and r["excess"] > 0 and kmin <= r["k_star"] <= kcap]
         x = [r["nu"] if d_inf else r["n"] for r in use]
@@ -126,6 +138,8 @@ def scaling(
         except ValueError as exc:
             fit = {"fitted_exponent": None, "fitted_exponent_ci": None, "message": str(exc), "points": len(use)}
         f_pred, regime = predicted_exponent(tgt.gamma, rule, kappa=kappa, d_inf=d_inf)
+        if joint_law:
+            fit.update(_joint_fit(use, x))
         summary = {"summary": True, "target": tgt.spec, "d": None if d_inf else d_val, "lam_rule": rule.spec, **fit,
                    "predicted_exponent": f_pred, "regime": regime,
                    "fit_window": {"k_star_min": kmin, "k_star_max": None if d_inf else kcap},
@@ -138,17 +152,59 @@ def scaling(
         emit_json(summary)
         return
     table = Table(title=f"scaling: {tgt.spec} d={d} λ-rule={rule.spec} Δ={noise}")
-    for col in ("n/d" if d_inf else "n", "λ√d" if d_inf else "λ", "test error", "excess", "k*", "conv"):
+    cols = ["n/d" if d_inf else "n", "λ√d" if d_inf else "λ", "test error", "excess", "k*", "conv"]
+    for col in cols + (["excess (joint law)"] if joint_law else []):
         table.add_column(col, justify="right")
     for r in records:
-        table.add_row(f"{(r['nu'] if d_inf else r['n']):.4g}", f"{(r['lam_t'] if d_inf else r['lam']):.4g}",
-                      f"{r['test_error']:.6f}", f"{r['excess']:.3e}", str(r["k_star"]),
-                      "yes" if r["converged"] else "NO")
+        row = [f"{(r['nu'] if d_inf else r['n']):.4g}", f"{(r['lam_t'] if d_inf else r['lam']):.4g}",
+               f"{r['test_error']:.6f}", f"{r['excess']:.3e}", str(r["k_star"]), "yes" if r["converged"] else "NO"]
+        if joint_law:
+            ej = r.get("excess_joint_law")
+            row.append("-" if ej is None else f"{ej:.3e} ± {r['excess_joint_law_err']:.1e}")
+        table.add_row(*row)
     con = Console()
     con.print(table)
     fe = summary["fitted_exponent"]
     con.print(f"fitted exponent {fe if fe is None else round(fe, 4)} (CI {summary['fitted_exponent_ci']}), "
               f"predicted {f_pred:.4f}: {regime}")
+    if joint_law:
+        fj = summary.get("fitted_exponent_joint_law")
+        con.print(f"joint law (top {joint_law} modes): fitted exponent {fj if fj is None else round(fj, 4)}")
+
+
+def _add_joint_law(problem, records, d: int, k: int, bar) -> None:
+    """Add the joint-law fields of :func:`..theory.strong_modes.joint_law_point` to each converged regular record
+    (its SE point re-solved at the record's lambda; one saturation e_0 for the whole curve, on the same QMC rule)."""
+    from ..problem import Problem
+    from ..theory.state_evolution import StateEvolution
+    from ..theory.strong_modes import exact_saturation, joint_law_point
+
+    job = bar.add_task("joint law", total=len(records))
+    saturation = None
+    for r in records:
+        if r["converged"] and r["phase"] == "regular":
+            p = Problem.from_options(**{**problem.options(), "lam": r["lam"]})
+            se = StateEvolution(p, d=d)
+            if saturation is None:
+                saturation, _ = exact_saturation(p, d, k)
+            r.update(joint_law_point(p, se.measure, se.solve(r["alpha"]), d, k, saturation=saturation))
+        else:
+            r.update({"excess_joint_law": None, "excess_joint_law_err": None, "test_error_joint_law": None})
+        bar.advance(job)
+
+
+def _joint_fit(use, x) -> dict:
+    """fitted_exponent_joint_law (+ _ci) over the fit window's points that have a joint-law excess."""
+    from ..theory.scaling import fit_exponent
+
+    pts = [(xi, r["excess_joint_law"]) for xi, r in zip(x, use, strict=True)
+           if r.get("excess_joint_law") is not None and r["excess_joint_law"] > 0]
+    try:
+        f = fit_exponent([p[0] for p in pts], [p[1] for p in pts])
+        return {"fitted_exponent_joint_law": f["fitted_exponent"],
+                "fitted_exponent_joint_law_ci": f["fitted_exponent_ci"]}
+    except ValueError:
+        return {"fitted_exponent_joint_law": None, "fitted_exponent_joint_law_ci": None}
 
 
 def _figure(path, records, use, d_inf, summary) -> None:
