@@ -226,7 +226,8 @@ def test_cli_scaling_joint_law_json():
 
 
 @pytest.mark.parametrize("args", [["--joint-law", "-1", "--d", "100"], ["--joint-law", "4", "--d", "inf"],
-                                  ["--joint-law", "200", "--d", "100"]])
+                                  ["--joint-law", "200", "--d", "100"], ["--joint-law", "4", "--d", "100", "--model",
+                                                                         "direct"]])
 def test_cli_scaling_joint_law_bad_input(args):
     r = CliRunner().invoke(app, ["scaling", *args, "--json"])
     lines = [s for s in r.output.splitlines() if s.strip()]

@@ -109,6 +109,8 @@ def scaling(
             raise ParameterError("joint-law", f"must be >= 0 (got {joint_law})")
         if joint_law and d_inf:
             raise ParameterError("joint-law", "needs a finite dimension (--d D)")
+        if joint_law and problem.student.model != "factorized":
+            raise ParameterError("joint-law", "is implemented for the factorised student (--model factorized)")
         if joint_law and joint_law > d_val:
             raise ParameterError("joint-law", f"must be <= d = {d_val} (got {joint_law})")
         lo, hi = _range(n_range)
