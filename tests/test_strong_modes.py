@@ -555,3 +555,5 @@ def test_joint_law_point_lowers_the_top_outlier_and_raises_the_excess(pl_point_d
     assert moved["excess_joint_law_err"] < 0.02 * moved["excess_joint_law"]
     with pytest.raises(ParameterError, match="joint-law-correct"):
         joint_law_point(p, se.measure, res, 100, 8, correct=-1, saturation=sat, **rule)
+    with pytest.raises(ParameterError, match="saturation"):  # e_0 from another rule: not a paired difference
+        joint_law_point(p, se.measure, res, 100, 8, saturation=sat, log2n=11, replicas=8)

@@ -824,6 +824,11 @@ def joint_law_point(problem: Problem, measure, res, d: int, k: int, correct: int
         modes = with_outliers(modes, ell)
     if saturation is None:
         saturation, _ = exact_saturation(problem, d, modes.k, **qmc)
+    elif (saturation.points, saturation.replicas, saturation.k) != (2 ** int(log2n), int(replicas), modes.k):
+        # the excess is a paired difference: e_0 must come from the same QMC points and the same explicit modes
+        raise ParameterError("saturation", f"was computed on {saturation.replicas} x {saturation.points} points "
+                                           f"with k = {saturation.k}, not {int(replicas)} x {2 ** int(log2n)} "
+                                           f"with k = {modes.k}")
     rec = corrected_record(problem, modes, saturation=saturation, d=d, **qmc)
     return {"test_error_joint_law": rec["e_test_exact"], "test_error_joint_law_err": rec["e_test_exact_err"],
             "e0_joint_law": rec["e_0_exact"], "excess_joint_law": rec["excess_exact"],
