@@ -68,6 +68,19 @@ def test_predicted_exponents():
     assert predicted_exponent(2.0, LamRule("power", 1.0, 0.75))[0] == pytest.approx(0.375)
     assert predicted_exponent(2.0, LamRule("fixed", 0.01))[0] == 1.0
     assert predicted_exponent(2.0, LamRule("optimal"), kappa=0.5)[0] == 0.0
+    assert predicted_exponent(1.25, LamRule("optimal"), model="direct")[0] == 1.0
+    assert math.isnan(predicted_exponent(1.25, LamRule("power", 1.0, 0.75), model="direct")[0])
+
+
+def test_cli_scaling_direct_model_fits_its_own_exponent():
+    """The direct (ridge) student is a linear shrinkage of S0 + delta Z: it keeps the noise in every direction and
+    its excess falls like 1/n (f = 1), whatever gamma; the CLI predicts 1, not the factorised 1 - 1/(2 gamma)."""
+    res = CliRunner().invoke(app, ["scaling", "--model", "direct", "--d", "100", "--n-range", "1e4:1e6", "--points",
+                                   "5", "--kmin", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    last = json.loads(res.stdout.strip().splitlines()[-1])
+    assert last["predicted_exponent"] == 1.0 and "direct" in last["regime"]
+    assert abs(last["fitted_exponent"] - 1.0) < 0.08, last
 
 
 def test_saturation_error_is_the_minimum_on_the_ray_and_off_it():

@@ -139,7 +139,7 @@ def scaling(
             fit = fit_exponent(x, [r["excess"] for r in use])
         except ValueError as exc:
             fit = {"fitted_exponent": None, "fitted_exponent_ci": None, "message": str(exc), "points": len(use)}
-        f_pred, regime = predicted_exponent(tgt.gamma, rule, kappa=kappa, d_inf=d_inf)
+        f_pred, regime = predicted_exponent(tgt.gamma, rule, kappa=kappa, d_inf=d_inf, model=model)
         if joint_law:
             fit.update(_joint_fit(use, x))
         summary = {"summary": True, "target": tgt.spec, "d": None if d_inf else d_val, "lam_rule": rule.spec, **fit,

@@ -1140,10 +1140,17 @@ def fit_exponent(n, excess, level: float = 0.95) -> dict[str, float]:
             "stderr": float(se), "points": int(x.size), "intercept": float(intercept)}
 
 
-def predicted_exponent(gamma: float, rule: LamRule, kappa: float = 1.0, d_inf: bool = False) -> tuple[float, str]:
+def predicted_exponent(gamma: float, rule: LamRule, kappa: float = 1.0, d_inf: bool = False,
+                       model: str = "factorized") -> tuple[float, str]:
     """The derived exponent f of e_test - e_0 ~ n^{-f} and the regime's name (docs/theory/scaling.md, section 4),
-    for 1 << k*(n) << d (finite d) or every n (d = inf). gamma > 1/2."""
+    for 1 << k*(n) << d (finite d) or every n (d = inf). gamma > 1/2. ``model`` "direct" (ridge on S): the
+    estimator is the linear shrinkage c (S0 + delta Z), which keeps the noise in every direction, so f = 1 for
+    the optimal and fixed rules (nan, "not derived", for the power rules; section 5)."""
     base = 1.0 - 1.0 / (2.0 * gamma)
+    if model == "direct":
+        if rule.kind in ("optimal", "fixed"):
+            return 1.0, "direct (ridge): linear shrinkage keeps the noise in every direction, f = 1"
+        return math.nan, "direct (ridge) with a power rule: not derived"
     if kappa < 1 and not d_inf:
         return 0.0, "width-limited (kappa < 1): excess saturates at the rank-p tail ~ p^(1-2 gamma)"
     if rule.kind == "optimal":
