@@ -811,7 +811,8 @@ def joint_law_point(problem: Problem, measure, res, d: int, k: int, correct: int
     ``correct`` learned outliers after the correction, units of S_hat's eigenvalues, i.e. times sqrt(d)).
     Why (docs/theory/scaling.md "Simulations" (e)): for gamma > 1/2 the top modes carry O(1) of the logits'
     variance, the Gaussian channel's test error is ~9 % low, and at small alpha its fixed point puts the top
-    outlier too high; with both corrected the level meets d = 100-400 simulations within 2.3 %."""
+    outlier too high; with both corrected the level meets d = 100-400 simulations within 3 % (2.3 % with 2^15 x 8
+    points)."""
     qmc = {"log2n": int(log2n), "replicas": int(replicas), "seed": int(seed)}
     if int(correct) < 0:
         raise ParameterError("joint-law-correct", f"must be >= 0 (got {correct})")
