@@ -231,18 +231,23 @@ def _along_n(store, d: int, blocks=SEED_BLOCKS_D):
             [float(f"{r['lam']:.4g}") for r in recs])
 
 
+def _mean_sem(exc, within):
+    """Per point of NUS_D: the mean over seeds of the simulated excess and its standard error (spread over seeds
+    combined with the seeds' own test-set errors, simulation.api.combined_sem)."""
+    from tiedattention.simulation.api import combined_sem
+
+    return exc.mean(axis=1), np.array([combined_sem(exc[i], within[i]) for i in range(exc.shape[0])])
+
 def _exponent_at(store, d: int, blocks=SEED_BLOCKS_D) -> dict:
     """The simulated excess along NUS_D at dimension d against the finite-d SE: prints every point, asserts each is
     above the Gaussian SE and within 15 % + 2 s.e. of it (test (b)'s allowance), and returns the relative offset
     (weighted mean, "rel", "rel_err"; per point, "rel_points", "rel_points_err"), the SE's exponent "f_se", the
     simulations' fit "f_sim" and its sampling error "f_err" (the spread of the per-seed exponents: seed s keeps its
     S0 and test sequences at every n)."""
-    from tiedattention.simulation.api import combined_sem
     from tiedattention.theory.scaling import fit_exponent
 
     n, se_exc, exc, within, lams = _along_n(store, d, blocks)
-    mean = exc.mean(axis=1)
-    sem = np.array([combined_sem(exc[i], within[i]) for i in range(len(NUS_D))])
+    mean, sem = _mean_sem(exc, within)
     rel, rel_err = mean / se_exc - 1.0, sem / se_exc
     w = 1.0 / rel_err**2
     rbar, rbar_err = float(np.sum(w * rel) / np.sum(w)), float(1.0 / math.sqrt(np.sum(w)))
@@ -350,15 +355,13 @@ def test_joint_law_level_meets_the_simulations(store):
     simulations and QMC) of the simulated excess. The Gaussian channel's excess sits 8-12 % lower (printed);
     the joint law without the outlier correction misses n/d = 50 at d = 400 by 5.4 % (scaling.md (e))."""
     from tiedattention.problem import Problem
-    from tiedattention.simulation.api import combined_sem
     from tiedattention.theory.state_evolution import StateEvolution
     from tiedattention.theory.strong_modes import exact_saturation, joint_law_point
 
     bad = []
     for d, blocks in ((D_B, SEED_BLOCKS_D), (D_D, SEED_BLOCKS_D), (D_E, SEED_BLOCKS_E)):
         n, se_exc, exc, within, lams = _along_n(store, d, blocks)
-        mean = exc.mean(axis=1)
-        sem = np.array([combined_sem(exc[i], within[i]) for i in range(len(NUS_D))])
+        mean, sem = _mean_sem(exc, within)
         sat = None
         for nu, lam, g, m, e in zip(NUS_D, lams, se_exc, mean, sem, strict=True):
             p = Problem.from_options(target=TARGET, noise=0.5, lam=lam)
