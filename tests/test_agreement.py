@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 from tiedattention import Problem
+from tiedattention.stats import extrapolate_inverse_d
 from tiedattention.theory import StateEvolution
 
 simulation = pytest.importorskip("tiedattention.simulation")
@@ -60,13 +61,9 @@ KEYS = {"test_error": "test_error_mean", "test_error_sem": "test_error_sem", "ob
 
 
 def _extrapolate(values, sems):
-    """Weighted least squares of y = a + b/d; returns a and its standard error."""
-    x = 1.0 / np.asarray(DIMS, float)
-    w = 1.0 / np.asarray(sems) ** 2
-    design = np.stack([np.ones_like(x), x], axis=1)
-    cov = np.linalg.inv(design.T @ (design * w[:, None]))
-    coef = cov @ design.T @ (w * np.asarray(values))
-    return coef[0], float(np.sqrt(cov[0, 0]))
+    """The d -> infinity intercept of y = a + b/d over DIMS and its standard error (the library's fit)."""
+    fit = extrapolate_inverse_d(DIMS, values, sems)
+    return fit.intercept, fit.intercept_sem
 
 
 def _seed(problem, lam, alpha, d, seed):

@@ -60,6 +60,12 @@ def test_table_output():
         (["--alpha", "0.5", "--device", "tpu"], "--device"),
         (["--alpha", "0.5", "--save-spectra", "/nonexistent/dir/s.npz"], "--save-spectra"),
         (["--alpha", "0.5", "--n-test", "1"], "--n-test"),
+        (["--alpha", "0.5", "--d", "8,8"], "--d"),
+        (["--alpha", "0.5", "--d", "8,x"], "--d"),
+        (["--alpha", "0.5", "--d", "8,1"], "--d"),
+        (["--alpha", "0.5", "--d", "8,12"], "--seeds"),  # one seed: no standard error to weight the 1/d fit
+        (["--alpha", "0.5", "--d", "8,12", "--seeds", "2", "--save-spectra", "s.npz"], "--save-spectra"),
+        (["--alpha", "0.5", "--theory", "--target", "powerlaw:1.25"], "--theory"),
     ],
 )
 def test_bad_input_one_clear_line(args, name, tmp_path):
@@ -79,3 +85,34 @@ def test_cuda_unavailable_is_a_clear_error():
     res = runner.invoke(app, [*BASE, "--alpha", "0.5", "--device", "cuda"])
     assert res.exit_code == 2
     assert res.stderr.strip() == "error: --device: CUDA is not available"
+
+
+def test_several_d_give_the_1_over_d_fit_and_the_theory():
+    """Per alpha: a record per d, then the d -> infinity record whose numbers are the weighted fit a + b/d of
+    the per-d records (the library's extrapolate_inverse_d), and with --theory the SE's values and z-scores."""
+    from tiedattention.problem import Problem
+    from tiedattention.stats import extrapolate_inverse_d
+    from tiedattention.theory.api import theory_records
+
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5", "--d", "8,12,16", "--seeds", "2", "--theory", "--json"])
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in res.stdout.strip().splitlines()]
+    assert [r["d"] for r in lines] == [8, 12, 16, None]
+    fit = lines[-1]
+    assert fit["extrapolated"] is True and fit["dims"] == [8, 12, 16] and fit["dof"] == 1 and fit["n"] is None
+    for key in ("test_error", "mse", "objective"):
+        ref = extrapolate_inverse_d([8, 12, 16], [r[f"{key}_mean"] for r in lines[:3]],
+                                    [r[f"{key}_sem"] for r in lines[:3]])
+        assert fit[f"{key}_mean"] == pytest.approx(ref.intercept, rel=1e-12)
+        assert fit[f"{key}_sem"] == pytest.approx(ref.intercept_sem, rel=1e-12)
+        assert fit[f"{key}_slope"] == pytest.approx(ref.slope, rel=1e-12)
+        assert fit[f"{key}_chi2"] == pytest.approx(ref.chi2, rel=1e-9, abs=1e-12)
+    se = theory_records(Problem.from_options(), [0.5])[0]
+    assert se["test_error"] == pytest.approx(0.1360, abs=3e-4)  # state_evolution.md: the reference point
+    for r in lines:
+        assert r["se_test_error"] == se["test_error"] and r["se_mse"] == se["mse"] and r["se_converged"]
+        z = (r["test_error_mean"] - se["test_error"]) / np.hypot(r["test_error_sem"], se["err_test_error"])
+        assert r["z_test_error"] == pytest.approx(z, rel=1e-12)
+    table = runner.invoke(app, [*BASE, "--alpha", "0.5", "--d", "8,12", "--seeds", "2"])
+    assert table.exit_code == 0, table.output
+    assert "∞" in table.stdout and "1/d fit" in table.stdout

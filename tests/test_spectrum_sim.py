@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tiedattention.problem import Problem
+from tiedattention.stats import extrapolate_inverse_d
 from tiedattention.theory.spectrum import kolmogorov_distance, learned_spectrum
 from tiedattention.theory.state_evolution import StateEvolution
 
@@ -67,13 +68,9 @@ def _test_error(rec):
 
 
 def _extrapolate(dims, values, sems):
-    """Weighted least squares of y = a + b/d; returns a and its standard error."""
-    x = 1.0 / np.asarray(dims, float)
-    w = 1.0 / np.asarray(sems, float) ** 2
-    design = np.stack([np.ones_like(x), x], axis=1)
-    cov = np.linalg.inv(design.T @ (design * w[:, None]))
-    coef = cov @ design.T @ (w * np.asarray(values, float))
-    return float(coef[0]), float(np.sqrt(cov[0, 0]))
+    """The d -> infinity intercept of y = a + b/d and its standard error (the library's fit)."""
+    fit = extrapolate_inverse_d(dims, values, sems)
+    return fit.intercept, fit.intercept_sem
 
 
 def _spectrum_seed(p, spec, alpha, d, s):

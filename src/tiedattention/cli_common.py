@@ -98,6 +98,21 @@ def check_dimension(d: int | None) -> None:
         raise ParameterError("d", f"must be an integer >= 2 (got {d})")
 
 
+def parse_dimensions(text: str, name: str = "d") -> list[int]:
+    """'100' or '50,100,200' -> distinct integers >= 2, in the order given."""
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise ParameterError(name, f"cannot read '{text}' (expected an integer or a list like 50,100,200)") from None
+    if not values:
+        raise ParameterError(name, "needs at least one value")
+    for v in values:
+        check_dimension(v)
+    if len(set(values)) != len(values):
+        raise ParameterError(name, f"dimensions must be distinct (got {text})")
+    return values
+
+
 def parse_floats(text: str, name: str = "alpha", positive: bool = True) -> list[float]:
     """'0.1,0.5,4' or 'start:stop:num' (log-spaced) -> list of floats, validated."""
     text = text.strip()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -9,13 +10,57 @@ from typing import Annotated, Any
 
 import typer
 
-from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, parse_floats, with_problem
+from ..cli_common import JsonOpt, cli_errors, emit_json, parse_dimensions, parse_floats, with_problem
 from ..errors import ParameterError
 from ..problem import Problem
 
 
 def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate)
+
+
+#: observables fitted by y(d) = a + b/d when several --d are given, and compared with the theory by --theory
+EXTRAPOLATED = ("test_error", "test_error_clean", "train_error", "mse", "objective")
+#: the keys of a per-d record that an extrapolated record keeps (the problem and the protocol, not the numbers)
+_SHARED = ("alpha", "alpha_bar", "seeds", "seed0", "solver", "device", "n_test", "target", "tokens", "beta0",
+           "noise", "noise_out", "task", "model", "kappa", "lam", "beta")
+
+
+def extrapolated_record(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The d -> infinity estimate from one alpha's records at several d: for each observable of
+    :data:`EXTRAPOLATED` the weighted fit y = a + b/d (:func:`..stats.extrapolate_inverse_d`, weights from the
+    records' standard errors over seeds) as ``<key>_mean`` = a, ``<key>_sem``, ``<key>_slope``,
+    ``<key>_slope_sem``, ``<key>_chi2``, ``<key>_p_value``; ``d`` and ``n`` are None, ``dims`` lists the
+    dimensions, ``extrapolated`` is True and ``dof`` = len(dims) - 2."""
+    from ..stats import extrapolate_inverse_d
+
+    dims = [int(r["d"]) for r in records]
+    out: dict[str, Any] = {k: records[0][k] for k in _SHARED if k in records[0]}
+    out.update({"d": None, "n": None, "dims": dims, "extrapolated": True, "extrapolation": "a + b/d"})
+    for key in EXTRAPOLATED:
+        fit = extrapolate_inverse_d(dims, [r[f"{key}_mean"] for r in records], [r[f"{key}_sem"] for r in records])
+        out.update({f"{key}_mean": fit.intercept, f"{key}_sem": fit.intercept_sem, f"{key}_slope": fit.slope,
+                    f"{key}_slope_sem": fit.slope_sem, f"{key}_chi2": fit.chi2, f"{key}_p_value": fit.p_value})
+        out["dof"] = fit.dof
+    out["converged_all"] = all(r["converged_all"] for r in records)
+    out["seconds"] = float(sum(r["seconds"] for r in records))
+    return out
+
+
+def with_theory(record: dict[str, Any], se: dict[str, Any]) -> dict[str, Any]:
+    """``record`` plus the d -> infinity state evolution's values (``se_<key>`` for the observables of
+    :data:`EXTRAPOLATED` but the objective, ``se_converged``) and the z-score of the simulated test error,
+    ``z_test_error`` = (simulated - SE)/sqrt(sem^2 + SE error^2). At a single finite d the z-score includes the
+    finite-size bias (several standard errors of 8 seeds at d = 100, docs/user-guide/simulation.md); on an
+    extrapolated record it compares the 1/d intercept with the theory."""
+    out = dict(record)
+    for key in ("test_error", "test_error_clean", "train_error", "mse"):
+        out[f"se_{key}"] = se[key]
+    out["se_converged"] = bool(se["converged"])
+    err = float(se.get("err_test_error", 0.0) or 0.0)
+    sem = float(record["test_error_sem"])
+    out["z_test_error"] = (record["test_error_mean"] - se["test_error"]) / math.hypot(sem, err)
+    return out
 
 
 def save_spectra(path: Path, records: list[dict[str, Any]]) -> None:
@@ -51,7 +96,8 @@ def save_spectra(path: Path, records: list[dict[str, Any]]) -> None:
 def simulate(
     problem: Problem,
     alpha: Annotated[str, typer.Option("--alpha", help="α = n/d² values: a,b,c or start:stop:num (log)")],
-    d: Annotated[int, typer.Option("--d", help="token dimension d (n = round(α d²) sequences)")] = 100,
+    d: Annotated[str, typer.Option("--d", help="token dimension d (n = round(α d²) sequences); several, "
+                                   "e.g. 50,100,200: also the 1/d fit y = a + b/d per α (the d → ∞ estimate)")] = "100",
     seeds: Annotated[int, typer.Option("--seeds", help="independent data sets per α")] = 8,
     solver: Annotated[str, typer.Option("--solver", help="adam | lbfgs | prox | gamp | ...")] = "adam",
     device: Annotated[str, typer.Option("--device", help="cpu | cuda")] = "cpu",
@@ -62,16 +108,21 @@ def simulate(
     ] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads")] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="adam: maximum steps")] = None,
+    theory: Annotated[bool, typer.Option("--theory", help="add the d → ∞ state evolution and the z-score of "
+                                         "the simulated test error (d-independent targets: mp:K)")] = False,
     json: JsonOpt = False,
 ) -> None:
-    """Train the student at finite d (seeds independent data sets per α) and report errors, MSE and rank."""
+    """Train the student at finite d (seeds independent data sets per α) and report errors, MSE and rank.
+
+    With several --d, each α gets a record per d and then one with d = null: the weighted fit y = a + b/d of
+    the test error, MSE, train error and objective (the d → ∞ estimate, with its standard error and χ²)."""
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
 
     with cli_errors():
         alphas = parse_floats(alpha, "alpha")
-        check_dimension(d)
+        dims = parse_dimensions(d)
         if seeds < 1:
             raise ParameterError("seeds", f"must be an integer >= 1 (got {seeds})")
         if n_test < 2:
@@ -82,6 +133,17 @@ def simulate(
             raise ParameterError("device", f"must be cpu or cuda (got {device!r})")
         if save_spectra_to is not None and not save_spectra_to.parent.resolve().is_dir():
             raise ParameterError("save-spectra", f"directory {save_spectra_to.parent} does not exist")
+        if save_spectra_to is not None and len(dims) > 1:
+            raise ParameterError("save-spectra", "writes one d at a time (got several --d)")
+        if len(dims) > 1 and seeds < 2:
+            raise ParameterError("seeds", "the 1/d fit over several --d needs standard errors: use --seeds >= 2")
+        if theory:
+            try:
+                problem.task.target.measure(None)
+            except ParameterError:
+                raise ParameterError("theory", f"compares with the d → ∞ theory, which {problem.task.target} does "
+                                               "not have at fixed α (its spectrum depends on d): use "
+                                               "`tiedattention theory --d D` for its finite-d theory") from None
 
         from ..amp import register as register_gamp
         from ..simulation import SOLVERS, n_of, resolve_device, simulate_record
@@ -92,7 +154,8 @@ def simulate(
             raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
         resolve_device(device)
         for a in alphas:
-            n_of(a, d)
+            for dd in dims:
+                n_of(a, dd)
         options: dict[str, Any] = {}
         if max_steps is not None:
             if max_steps < 1:
@@ -101,34 +164,62 @@ def simulate(
                 raise ParameterError("max-steps", "applies to --solver adam only")
             options["max_steps"] = max_steps
 
-        records = []
+        se_records = {}
+        if theory:
+            from ..theory.api import theory_records
+
+            se_records = {r["alpha"]: r for r in theory_records(problem, alphas)}
+
+        def emit(rec: dict[str, Any]) -> dict[str, Any]:
+            if theory:
+                rec = with_theory(rec, se_records[rec["alpha"]])
+            if json:
+                emit_json({k: v for k, v in rec.items() if k not in ("eigenvalues", "singular_values")})
+            return rec
+
+        records, shown = [], []
         err = Console(stderr=True)
         with Progress(console=err, transient=True) as bar:
-            job = bar.add_task(f"{solver} d={d}", total=len(alphas) * seeds)
+            label = f"d={dims[0]}" if len(dims) == 1 else f"d={','.join(map(str, dims))}"
+            job = bar.add_task(f"{solver} {label}", total=len(alphas) * len(dims) * seeds)
             for a in alphas:
-                rec = simulate_record(
-                    problem, a, d, seeds=seeds, solver=solver, device=device, seed0=seed, n_test=n_test,
-                    return_spectra=save_spectra_to is not None, progress=lambda info: bar.advance(job),
-                    threads=threads, **options,
-                )
-                records.append(rec)
-                if json:
-                    emit_json({k: v for k, v in rec.items() if k not in ("eigenvalues", "singular_values")})
+                per_d = []
+                for dd in dims:
+                    rec = simulate_record(
+                        problem, a, dd, seeds=seeds, solver=solver, device=device, seed0=seed, n_test=n_test,
+                        return_spectra=save_spectra_to is not None, progress=lambda info: bar.advance(job),
+                        threads=threads, **options,
+                    )
+                    records.append(rec)
+                    per_d.append(rec)
+                    shown.append(emit(rec))
+                if len(dims) > 1:
+                    shown.append(emit(extrapolated_record(per_d)))
         if save_spectra_to is not None:
             save_spectra(save_spectra_to, records)
     if not json:
-        table = Table(title=f"simulation ({solver}, d={d}, {seeds} seeds): {problem.task.target} "
+        title = f"d={dims[0]}" if len(dims) == 1 else f"d={','.join(map(str, dims))} and the 1/d fit"
+        table = Table(title=f"simulation ({solver}, {title}, {seeds} seeds): {problem.task.target} "
                       f"Δ={problem.task.noise} λ={problem.student.lam}",
-                      caption="test/clean: test error against noisy/clean labels; rank: fraction of eig > 1e-6 max")
-        for col in ("α", "n", "test", "± sem", "clean", "train", "MSE S", "rank", "conv", "s"):
+                      caption="test/clean: test error against noisy/clean labels; rank: fraction of eig > 1e-6 max"
+                      + ("; d = ∞: intercept a of y = a + b/d over the d above" if len(dims) > 1 else "")
+                      + ("; SE: d → ∞ theory, z = (test − SE)/sem" if theory else ""))
+        cols = ["α", "d", "n", "test", "± sem", "clean", "train", "MSE S", "rank", "conv", "s"]
+        if theory:
+            cols[5:5] = ["SE", "z"]
+        for col in cols:
             table.add_column(col, justify="right")
-        for r in records:
-            table.add_row(
-                f"{r['alpha']:.4g}", str(r["n"]), f"{r['test_error_mean']:.4f}", f"{r['test_error_sem']:.4f}",
-                f"{r['test_error_clean_mean']:.4f}", f"{r['train_error_mean']:.4f}", f"{r['mse_mean']:.4f}",
-                f"{r['rank_mean']:.3f}", f"{r['converged']:.2f}", f"{r['seconds']:.1f}",
-            )
-        Console(width=max(Console().width, 100)).print(table)
+        for r in shown:
+            fit = r.get("extrapolated", False)
+            row = [f"{r['alpha']:.4g}", "∞" if fit else str(r["d"]), "" if fit else str(r["n"]),
+                   f"{r['test_error_mean']:.4f}", f"{r['test_error_sem']:.4f}",
+                   f"{r['test_error_clean_mean']:.4f}", f"{r['train_error_mean']:.4f}", f"{r['mse_mean']:.4f}",
+                   "" if fit else f"{r['rank_mean']:.3f}", "" if fit else f"{r['converged']:.2f}",
+                   f"{r['seconds']:.1f}"]
+            if theory:
+                row[5:5] = [f"{r['se_test_error']:.4f}", f"{r['z_test_error']:+.1f}"]
+            table.add_row(*row)
+        Console(width=max(Console().width, 120)).print(table)
     if not all(r["converged_all"] for r in records):
         typer.echo("warning: some seeds did not converge (see 'converged')", err=True)
         raise typer.Exit(code=1)
