@@ -65,7 +65,6 @@ def test_table_output():
         (["--alpha", "0.5", "--d", "8,1"], "--d"),
         (["--alpha", "0.5", "--d", "8,12"], "--seeds"),  # one seed: no standard error to weight the 1/d fit
         (["--alpha", "0.5", "--d", "8,12", "--seeds", "2", "--save-spectra", "s.npz"], "--save-spectra"),
-        (["--alpha", "0.5", "--theory", "--target", "powerlaw:1.25"], "--theory"),
     ],
 )
 def test_bad_input_one_clear_line(args, name, tmp_path):
@@ -111,8 +110,28 @@ def test_several_d_give_the_1_over_d_fit_and_the_theory():
     assert se["test_error"] == pytest.approx(0.1360, abs=3e-4)  # state_evolution.md: the reference point
     for r in lines:
         assert r["se_test_error"] == se["test_error"] and r["se_mse"] == se["mse"] and r["se_converged"]
+        assert r["se_d"] is None
         z = (r["test_error_mean"] - se["test_error"]) / np.hypot(r["test_error_sem"], se["err_test_error"])
         assert r["z_test_error"] == pytest.approx(z, rel=1e-12)
     table = runner.invoke(app, [*BASE, "--alpha", "0.5", "--d", "8,12", "--seeds", "2"])
     assert table.exit_code == 0, table.output
     assert "∞" in table.stdout and "1/d fit" in table.stdout
+
+
+def test_theory_at_each_d_for_a_spectrum_that_depends_on_d():
+    """Spikes (atoms of weight 1/d): the SE is solved at each record's d (se_d = d) and the 1/d fit, which has
+    no d -> infinity theory of the same spectrum, carries none."""
+    from tiedattention.problem import Problem
+    from tiedattention.theory.api import theory_records
+
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5", "--d", "8,12", "--seeds", "2", "--theory",
+                              "--target", "spikes:3,2", "--json"])
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in res.stdout.strip().splitlines()]
+    assert [r["d"] for r in lines] == [8, 12, None]
+    p = Problem.from_options(target="spikes:3,2")
+    for r in lines[:2]:
+        se = theory_records(p, [0.5], d=r["d"])[0]
+        assert r["se_d"] == r["d"] and r["se_test_error"] == pytest.approx(se["test_error"], rel=1e-12)
+    assert lines[0]["se_test_error"] != lines[1]["se_test_error"]  # the spectrum, hence the SE, depends on d
+    assert "se_test_error" not in lines[2] and "z_test_error" not in lines[2]

@@ -47,16 +47,18 @@ def extrapolated_record(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def with_theory(record: dict[str, Any], se: dict[str, Any]) -> dict[str, Any]:
-    """``record`` plus the d -> infinity state evolution's values (``se_<key>`` for the observables of
-    :data:`EXTRAPOLATED` but the objective, ``se_converged``) and the z-score of the simulated test error,
+def with_theory(record: dict[str, Any], se: dict[str, Any], se_d: int | None = None) -> dict[str, Any]:
+    """``record`` plus the state evolution's values: ``se_<key>`` for the observables of :data:`EXTRAPOLATED`
+    but the objective, ``se_converged``, and ``se_d`` (None: the d -> infinity SE; else the d at which the SE of a
+    target whose spectrum depends on d was solved); and the z-score of the simulated test error,
     ``z_test_error`` = (simulated - SE)/sqrt(sem^2 + SE error^2). At a single finite d the z-score includes the
     finite-size bias (several standard errors of 8 seeds at d = 100, docs/user-guide/simulation.md); on an
-    extrapolated record it compares the 1/d intercept with the theory."""
+    extrapolated record it compares the 1/d intercept with the d -> infinity theory."""
     out = dict(record)
     for key in ("test_error", "test_error_clean", "train_error", "mse"):
         out[f"se_{key}"] = se[key]
     out["se_converged"] = bool(se["converged"])
+    out["se_d"] = se_d
     err = float(se.get("err_test_error", 0.0) or 0.0)
     sem = float(record["test_error_sem"])
     out["z_test_error"] = (record["test_error_mean"] - se["test_error"]) / math.hypot(sem, err)
@@ -108,8 +110,9 @@ def simulate(
     ] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads")] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="adam: maximum steps")] = None,
-    theory: Annotated[bool, typer.Option("--theory", help="add the d → ∞ state evolution and the z-score of "
-                                         "the simulated test error (d-independent targets: mp:K)")] = False,
+    theory: Annotated[bool, typer.Option("--theory", help="add the state evolution and the z-score of the "
+                                         "simulated test error: d → ∞ for mp:K (also on the 1/d fit), the SE at "
+                                         "each d for targets whose spectrum depends on d")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Train the student at finite d (seeds independent data sets per α) and report errors, MSE and rank.
@@ -137,14 +140,13 @@ def simulate(
             raise ParameterError("save-spectra", "writes one d at a time (got several --d)")
         if len(dims) > 1 and seeds < 2:
             raise ParameterError("seeds", "the 1/d fit over several --d needs standard errors: use --seeds >= 2")
+        limit_theory = False
         if theory:
             try:
                 problem.task.target.measure(None)
+                limit_theory = True
             except ParameterError:
-                raise ParameterError("theory", f"compares with the d → ∞ theory, which {problem.task.target} does "
-                                               "not have at fixed α (its spectrum depends on d): use "
-                                               "`tiedattention theory --d D` for its finite-d theory") from None
-
+                pass  # a spectrum that depends on d (power law, spikes, file): its SE at each record's d
         from ..amp import register as register_gamp
         from ..simulation import SOLVERS, n_of, resolve_device, simulate_record
 
@@ -164,15 +166,17 @@ def simulate(
                 raise ParameterError("max-steps", "applies to --solver adam only")
             options["max_steps"] = max_steps
 
-        se_records = {}
+        se_records: dict[tuple[float, int | None], dict[str, Any]] = {}
         if theory:
             from ..theory.api import theory_records
 
-            se_records = {r["alpha"]: r for r in theory_records(problem, alphas)}
+            for dd in [None] if limit_theory else dims:
+                se_records.update({(r["alpha"], dd): r for r in theory_records(problem, alphas, d=dd)})
 
         def emit(rec: dict[str, Any]) -> dict[str, Any]:
-            if theory:
-                rec = with_theory(rec, se_records[rec["alpha"]])
+            key = (rec["alpha"], None if limit_theory else rec["d"])
+            if key in se_records:
+                rec = with_theory(rec, se_records[key], key[1])
             if json:
                 emit_json({k: v for k, v in rec.items() if k not in ("eigenvalues", "singular_values")})
             return rec
@@ -203,7 +207,8 @@ def simulate(
                       f"Δ={problem.task.noise} λ={problem.student.lam}",
                       caption="test/clean: test error against noisy/clean labels; rank: fraction of eig > 1e-6 max"
                       + ("; d = ∞: intercept a of y = a + b/d over the d above" if len(dims) > 1 else "")
-                      + ("; SE: d → ∞ theory, z = (test − SE)/sem" if theory else ""))
+                      + ("; SE: state evolution " + ("(d → ∞)" if limit_theory else "at each d")
+                         + ", z = (test − SE)/sem" if theory else ""))
         cols = ["α", "d", "n", "test", "± sem", "clean", "train", "MSE S", "rank", "conv", "s"]
         if theory:
             cols[5:5] = ["SE", "z"]
@@ -217,7 +222,8 @@ def simulate(
                    "" if fit else f"{r['rank_mean']:.3f}", "" if fit else f"{r['converged']:.2f}",
                    f"{r['seconds']:.1f}"]
             if theory:
-                row[5:5] = [f"{r['se_test_error']:.4f}", f"{r['z_test_error']:+.1f}"]
+                row[5:5] = ([f"{r['se_test_error']:.4f}", f"{r['z_test_error']:+.1f}"] if "se_test_error" in r
+                            else ["", ""])
             table.add_row(*row)
         Console(width=max(Console().width, 120)).print(table)
     if not all(r["converged_all"] for r in records):
