@@ -9,6 +9,7 @@ import pytest
 
 from tiedattention import __version__
 from tiedattention.errors import ParameterError
+from tiedattention.problem import Problem
 from tiedattention.sweep import cell_key, load_spec, parse_spec
 from tiedattention.sweep.spec import PROBLEM_OPTIONS
 
@@ -84,6 +85,24 @@ def test_routes_multiply_cells_and_theory_ignores_d():
     assert all(c.params["solver"] == "adam" for c in sim)
 
 
+def test_theory_of_a_spectrum_that_depends_on_d_has_a_cell_per_d():
+    """Power laws and spikes (atoms of weight 1/d) have a theory at each d: their theory cells carry d, the MP
+    target's do not (its keys are unchanged), and the route solves the SE at that d."""
+    from tiedattention.sweep.routes import route_theory
+    from tiedattention.theory import theory_record
+
+    spec = parse_spec('[grid]\nalpha = [0.5]\ntarget = ["mp:0.5", "powerlaw:1.25"]\nd = [20, 40]\n')
+    cells = {(c.params["target"], c.params.get("d")) for c in spec.cells}
+    assert cells == {("mp:0.5", None), ("powerlaw:1.25", 20), ("powerlaw:1.25", 40)}
+    mp_only = parse_spec('[grid]\nalpha = [0.5]\n').cells[0]
+    assert next(c for c in spec.cells if c.params["target"] == "mp:0.5").key == mp_only.key
+    cell = next(c for c in spec.cells if c.params.get("d") == 20)
+    rec = route_theory(cell.params)
+    ref = theory_record(Problem.from_options(target="powerlaw:1.25"), 0.5, d=20)
+    assert rec["test_error"] == ref["test_error"]
+    assert rec["test_error"] != theory_record(Problem.from_options(target="powerlaw:1.25"), 0.5, d=40)["test_error"]
+
+
 def test_file_target_key_follows_file_content(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     np.save(tmp_path / "eig.npy", np.linspace(0.1, 2.0, 50))
@@ -114,6 +133,7 @@ def test_file_target_key_follows_file_content(tmp_path, monkeypatch):
         ("[grid]\nalpha = [0.1]\n[run]\nroutes = ['simulate']\nd = 10\n", "seeds", "route simulate needs"),
         ("[grid]\nalpha = [0.1]\nd = [10]\n[run]\nd = 10\n", "d", "both in [grid] and"),
         ("[grid]\nalpha = [0.1]\n[run]\ndevice = 'tpu'\n", "device", "cuda:N"),
+        ("[grid]\nalpha = [0.1]\ntarget = ['powerlaw:1.25']\n", "d", "route theory needs d"),
         ("[grid]\nalpha = [0.1\n", "spec", "not valid TOML"),
     ],
 )

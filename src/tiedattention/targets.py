@@ -168,6 +168,9 @@ class Target:
     """Base class: a family of target query-key matrices S0."""
 
     spec: str
+    #: True when the spectral measure handed to the theory depends on d (atoms of weight 1/d: power laws, spikes),
+    #: so that :meth:`measure` needs a finite d and the theory differs from one d to the next
+    needs_d: bool = False
 
     def eigenvalues(self, d: int, rng: np.random.Generator | None = None) -> np.ndarray:
         """Eigenvalues of a finite-d S0 (random for MP, deterministic otherwise), shape (d,)."""
@@ -235,6 +238,8 @@ class MPTarget(Target):
 class PowerLawTarget(Target):
     """S0 = O diag(theta) O^T, theta_i = C i^{-gamma} (i = 1..d; zero beyond ``cutoff``), Q0 = 1."""
 
+    needs_d = True
+
     def __init__(self, gamma: float, cutoff: int | None = None):
         if not np.isfinite(gamma) or gamma <= 0:
             raise ParameterError("target", f"powerlaw:GAMMA needs gamma > 0 (got {gamma})")
@@ -260,6 +265,8 @@ class PowerLawTarget(Target):
 
 class SpikedTarget(Target):
     """A few given eigenvalues (spikes), the rest 0, or the rest an MP(kappa0) bulk."""
+
+    needs_d = True
 
     def __init__(self, spikes: list[float], bulk_kappa0: float | None = None):
         if len(spikes) == 0:

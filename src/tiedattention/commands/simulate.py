@@ -140,13 +140,8 @@ def simulate(
             raise ParameterError("save-spectra", "writes one d at a time (got several --d)")
         if len(dims) > 1 and seeds < 2:
             raise ParameterError("seeds", "the 1/d fit over several --d needs standard errors: use --seeds >= 2")
-        limit_theory = False
-        if theory:
-            try:
-                problem.task.target.measure(None)
-                limit_theory = True
-            except ParameterError:
-                pass  # a spectrum that depends on d (power law, spikes, file): its SE at each record's d
+        # a spectrum that depends on d (power law, spikes) has its SE at each record's d, mp:K the d -> inf one
+        limit_theory = theory and not problem.task.target.needs_d
         from ..amp import register as register_gamp
         from ..simulation import SOLVERS, n_of, resolve_device, simulate_record
 

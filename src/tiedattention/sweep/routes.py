@@ -55,7 +55,8 @@ def resolve_device(device: str | None) -> str:
 def route_theory(params: Mapping[str, Any], device: str | None = None) -> dict[str, Any]:
     from ..theory import theory_record
 
-    return dict(theory_record(problem_from_params(params), float(params["alpha"])))
+    d = params.get("d")  # present only for targets whose theory depends on d (spec._route_params)
+    return dict(theory_record(problem_from_params(params), float(params["alpha"]), d=None if d is None else int(d)))
 
 
 _SIM_FIXED = ("d", "seeds")

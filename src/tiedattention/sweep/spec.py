@@ -209,10 +209,14 @@ def _check_setting(name: str, value: Any, where: str) -> Any:
     return value
 
 
-def _route_params(route: str, settings: Mapping[str, Any], point: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The settings a route uses, merged with the grid point. None: route does not use this key."""
+def _route_params(route: str, settings: Mapping[str, Any], point: Mapping[str, Any],
+                  needs_d: bool = False) -> dict[str, Any] | None:
+    """The settings a route uses, merged with the grid point. None: route does not use this key.
+    ``needs_d``: the target's spectrum depends on d (power law, spikes), so the theory uses d too."""
     out: dict[str, Any] = {}
     if route == "theory":
+        if needs_d:
+            out["d"] = point["d"] if "d" in point else settings["d"]
         return out
     if route == "sleep":
         for k in ("sleep", "d", "seeds"):
@@ -320,19 +324,24 @@ def parse_spec(data: str | Mapping[str, Any], path: str | os.PathLike | None = N
     cells: list[Cell] = []
     seen: set[str] = set()
     problems_checked: set[str] = set()
+    needs_d: dict[str, bool] = {}
     for combo in itertools.product(*(grid[n] for n in names)):
         point = dict(zip(names, combo, strict=True))
         options = {k: point.get(k, defaults[k]) for k in PROBLEM_OPTIONS}
         opt_key = canonical_json(options)
         if opt_key not in problems_checked:  # combinations are validated too (cross-constraints)
-            problem_from_params(options)
+            problem = problem_from_params(options)
             problems_checked.add(opt_key)
+            needs_d[opt_key] = problem.task.target.needs_d
+            if needs_d[opt_key] and "theory" in routes and "d" not in point and "d" not in settings:
+                raise ParameterError("d", f"route theory needs d for target {problem.task.target} (its spectrum "
+                                          f"depends on d): set it in [grid] or in {rwhere}")
         base = dict(options)
         if target_hash.get(base["target"]):
             base["target_sha256"] = target_hash[base["target"]]
         base["alpha"] = point["alpha"]
         for route in routes:
-            params = {**base, "route": route, **_route_params(route, settings, point)}
+            params = {**base, "route": route, **_route_params(route, settings, point, needs_d[opt_key])}
             key = cell_key(params)
             if key in seen:
                 continue
