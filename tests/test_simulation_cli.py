@@ -135,3 +135,20 @@ def test_theory_at_each_d_for_a_spectrum_that_depends_on_d():
         assert r["se_d"] == r["d"] and r["se_test_error"] == pytest.approx(se["test_error"], rel=1e-12)
     assert lines[0]["se_test_error"] != lines[1]["se_test_error"]  # the spectrum, hence the SE, depends on d
     assert "se_test_error" not in lines[2] and "z_test_error" not in lines[2]
+
+
+def test_a_d_without_a_finite_value_leaves_that_fit_nan():
+    """Failed seeds report NaN (JSON null) metrics; the fit of that observable is then NaN too, not an error
+    after half the output, and the other observables are still fitted."""
+    from tiedattention.commands.simulate import EXTRAPOLATED, extrapolated_record
+
+    recs = []
+    for d, te in ((8, 0.2), (12, float("nan")), (16, 0.18)):
+        r = {"alpha": 0.5, "d": d, "seeds": 2, "converged_all": bool(te == te), "seconds": 1.0}
+        for key in EXTRAPOLATED:
+            r[f"{key}_mean"], r[f"{key}_sem"] = (te if key == "test_error" else 0.1 + 1.0 / d), 0.01
+        recs.append(r)
+    out = extrapolated_record(recs)
+    assert np.isnan(out["test_error_mean"]) and np.isnan(out["test_error_sem"])
+    assert out["mse_mean"] == pytest.approx(0.1, abs=1e-12) and out["mse_slope"] == pytest.approx(1.0, abs=1e-9)
+    assert out["converged_all"] is False and out["dof"] == 1

@@ -6,13 +6,13 @@ docs/theory/finite_size.md), several standard errors of 8 seeds at d = 100. The 
 few d is the simulations' estimate of the d -> infinity value, to be compared with the theory's; this is the
 comparison that `tests/test_agreement.py` makes and that `tiedattention simulate --d 50,100,200` prints.
 
-numpy/scipy only (below both layers): used by the CLI, the sweeps and the tests.
+numpy/scipy only (below both layers): used by `tiedattention simulate` and the slow agreement tests.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,9 +38,6 @@ class Extrapolation:
     chi2: float
     dof: int
     p_value: float
-
-    def to_dict(self, prefix: str = "") -> dict[str, float | int]:
-        return {f"{prefix}{k}": v for k, v in asdict(self).items()}
 
 
 def extrapolate_inverse_d(dims, values, sems) -> Extrapolation:

@@ -30,18 +30,24 @@ def extrapolated_record(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The d -> infinity estimate from one alpha's records at several d: for each observable of
     :data:`EXTRAPOLATED` the weighted fit y = a + b/d (:func:`..stats.extrapolate_inverse_d`, weights from the
     records' standard errors over seeds) as ``<key>_mean`` = a, ``<key>_sem``, ``<key>_slope``,
-    ``<key>_slope_sem``, ``<key>_chi2``, ``<key>_p_value``; ``d`` and ``n`` are None, ``dims`` lists the
-    dimensions, ``extrapolated`` is True and ``dof`` = len(dims) - 2."""
+    ``<key>_slope_sem``, ``<key>_chi2``, ``<key>_p_value`` (nan, JSON null, for a key that some d has no finite
+    value or standard error for); ``d`` and ``n`` are None, ``dims`` lists the dimensions, ``extrapolated`` is True
+    and ``dof`` = len(dims) - 2."""
     from ..stats import extrapolate_inverse_d
 
     dims = [int(r["d"]) for r in records]
     out: dict[str, Any] = {k: records[0][k] for k in _SHARED if k in records[0]}
     out.update({"d": None, "n": None, "dims": dims, "extrapolated": True, "extrapolation": "a + b/d"})
+    names = ("mean", "sem", "slope", "slope_sem", "chi2", "p_value")
     for key in EXTRAPOLATED:
-        fit = extrapolate_inverse_d(dims, [r[f"{key}_mean"] for r in records], [r[f"{key}_sem"] for r in records])
-        out.update({f"{key}_mean": fit.intercept, f"{key}_sem": fit.intercept_sem, f"{key}_slope": fit.slope,
-                    f"{key}_slope_sem": fit.slope_sem, f"{key}_chi2": fit.chi2, f"{key}_p_value": fit.p_value})
-        out["dof"] = fit.dof
+        try:
+            fit = extrapolate_inverse_d(dims, [r[f"{key}_mean"] for r in records], [r[f"{key}_sem"] for r in records])
+        except (ParameterError, TypeError):  # a d without a finite value (failed seeds: null metrics) or sem
+            out.update({f"{key}_{n}": math.nan for n in names})  # JSON null, "nan" in the table
+            continue
+        values = (fit.intercept, fit.intercept_sem, fit.slope, fit.slope_sem, fit.chi2, fit.p_value)
+        out.update({f"{key}_{n}": v for n, v in zip(names, values, strict=True)})
+    out["dof"] = len(dims) - 2
     out["converged_all"] = all(r["converged_all"] for r in records)
     out["seconds"] = float(sum(r["seconds"] for r in records))
     return out
