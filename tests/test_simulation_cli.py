@@ -34,6 +34,9 @@ def test_json_lines_and_spectra(tmp_path):
     np.testing.assert_allclose(z["singular_values"][0, 0] ** 2, np.clip(z["eigenvalues"][0, 0][::-1], 0, None),
                                atol=1e-12)
     assert list(tmp_path.iterdir()) == [out]  # no temporary file left behind
+    from tiedattention.cli_common import new_file_mode
+
+    assert out.stat().st_mode & 0o777 == new_file_mode()  # the umask's mode, not mkstemp's 0600
 
 
 def test_table_output():
@@ -65,6 +68,13 @@ def test_table_output():
         (["--alpha", "0.5", "--d", "8,1"], "--d"),
         (["--alpha", "0.5", "--d", "8,12"], "--seeds"),  # one seed: no standard error to weight the 1/d fit
         (["--alpha", "0.5", "--d", "8,12", "--seeds", "2", "--save-spectra", "s.npz"], "--save-spectra"),
+        (["--alpha", "0.5", "--seed", "-1"], "--seed"),
+        (["--alpha", "0.5", "--save-spectra", "."], "--save-spectra"),  # a directory: refused before training
+        (["--alpha", "0.1:0.1:3"], "--alpha"),  # three identical points
+        # click's own usage errors: one line too, naming the option
+        (["--alpha", "0.5", "--seeds", "x"], "--seeds"),
+        (["--alpha", "0.5", "--bogus", "1"], "--bogus"),
+        ([], "--alpha"),
     ],
 )
 def test_bad_input_one_clear_line(args, name, tmp_path):
@@ -74,6 +84,21 @@ def test_bad_input_one_clear_line(args, name, tmp_path):
     assert len(err) == 1, err
     assert err[0].startswith("error: ") and name in err[0]
     assert res.stdout == ""
+
+
+def test_two_dimensional_eigenvalue_file_is_refused(tmp_path):
+    path = tmp_path / "eig.npy"
+    np.save(path, np.ones((4, 4)))
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5", "--target", f"file:{path}"])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines() == ["error: --target: custom eigenvalues must be a 1-D list (got an array "
+                                               "of shape (4, 4))"]
+
+
+def test_help_is_unchanged_by_the_one_line_errors():
+    res = runner.invoke(app, ["simulate", "--help"])
+    assert res.exit_code == 0 and "Usage: " in res.stdout and "--save-spectra" in res.stdout
+    assert res.stderr == ""
 
 
 def test_cuda_unavailable_is_a_clear_error():

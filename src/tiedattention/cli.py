@@ -3,9 +3,67 @@ sweep | reproduce. Each command lives in ``tiedattention.commands.<name>`` and r
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import re
+from collections.abc import Iterator
 
 import typer
+from typer.core import TyperGroup
+
+
+def _is_usage_error(exc: BaseException) -> bool:
+    """click's UsageError (BadParameter, NoSuchOption, MissingParameter, ...), whichever click typer uses (its
+    own vendored copy or the click package): matched by class name, not by identity."""
+    return any(c.__name__ == "UsageError" for c in type(exc).__mro__)
+
+
+def usage_error_line(exc: BaseException) -> str:
+    """click's usage error as the project's one line ``error: --param: message`` (docs/architecture.md "Rules")."""
+    param = getattr(exc, "param", None)
+    name = None
+    if param is not None:
+        opts = [o for o in getattr(param, "opts", []) if o.startswith("--")] or list(getattr(param, "opts", []))
+        if getattr(param, "param_type_name", "") == "argument" or not opts:
+            name = "--" + str(param.name).replace("_", "-")  # arguments as cli_errors spells them (--name)
+        else:
+            name = opts[0]
+    elif getattr(exc, "option_name", None):  # NoSuchOption
+        name = exc.option_name
+    else:
+        found = re.search(r"(--[A-Za-z0-9][-A-Za-z0-9]*)", exc.format_message())
+        name = found.group(1) if found else ("command" if "command" in exc.format_message().lower() else None)
+    kind = type(exc).__name__
+    message = exc.message if kind == "BadParameter" and exc.message else exc.format_message()
+    message = " ".join(message.split())
+    return f"error: {name}: {message}" if name else f"error: {message}"
+
+
+@contextlib.contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        if not _is_usage_error(exc) or type(exc).__name__ == "NoArgsIsHelpError":
+            raise
+        typer.echo(usage_error_line(exc), err=True)
+        raise typer.Exit(code=getattr(exc, "exit_code", 2)) from None
+
+
+class OneLineErrorsGroup(TyperGroup):
+    """The app's command group: click's own usage errors (a value of the wrong type, an unknown or missing option,
+    an unknown command) are printed as one line ``error: --param: message`` with exit status 2, like every other
+    bad input, instead of typer's boxed usage panel. ``--help`` and running with no arguments are unchanged.
+    Works for the console script and for ``CliRunner().invoke(app, ...)`` alike (both go through this group)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):  # the group's own options
+        with _one_line_usage_errors():
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx):  # the command name, then the command's options (parsed in here)
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
 
 app = typer.Typer(
     name="tiedattention",
@@ -13,6 +71,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineErrorsGroup,
 )
 
 # Commands are registered by the modules below; a module that is missing (an optional part not yet

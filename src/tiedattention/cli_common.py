@@ -13,8 +13,11 @@ import functools
 import inspect
 import json
 import math
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
@@ -92,10 +95,11 @@ def with_problem(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def check_dimension(d: int | None) -> None:
-    """The one check of ``--d`` shared by the commands: not given (None) or an integer >= 2."""
+def check_dimension(d: int | None, name: str = "d") -> None:
+    """The one check of ``--d`` (or another dimension option, ``name``) shared by the commands: not given (None)
+    or an integer >= 2."""
     if d is not None and d < 2:
-        raise ParameterError("d", f"must be an integer >= 2 (got {d})")
+        raise ParameterError(name, f"must be an integer >= 2 (got {d})")
 
 
 def parse_dimensions(text: str, name: str = "d") -> list[int]:
@@ -116,6 +120,7 @@ def parse_dimensions(text: str, name: str = "d") -> list[int]:
 def parse_floats(text: str, name: str = "alpha", positive: bool = True) -> list[float]:
     """'0.1,0.5,4' or 'start:stop:num' (log-spaced) -> list of floats, validated."""
     text = text.strip()
+    lo = hi = num = None
     try:
         if ":" in text:
             a, b, k = text.split(":")
@@ -127,11 +132,81 @@ def parse_floats(text: str, name: str = "alpha", positive: bool = True) -> list[
             values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ParameterError(name, f"cannot read '{text}' (expected a,b,c or start:stop:num)") from None
+    if lo is not None and lo == hi and num > 1:
+        raise ParameterError(name, f"'{text}' gives {num} identical values (start = stop): give start != stop or num 1")
     if not values:
         raise ParameterError(name, "needs at least one value")
     if positive:
         values = [validate_alpha(v, name) for v in values]
     return values
+
+
+def check_output_file(path: Path | str | None, name: str, suffix: str | tuple[str, ...] | None = None) -> None:
+    """The checks of an output file option, before anything is computed: its directory exists, it is not itself a
+    directory, and (``suffix``: ".png", or a tuple of allowed suffixes) it has that suffix.
+    ParameterError(``name``) otherwise."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        raise ParameterError(name, f"'{path}' is a directory, not a file")
+    allowed = (suffix,) if isinstance(suffix, str) else suffix
+    if allowed is not None and path.suffix.lower() not in allowed:
+        kinds = allowed[0] if len(allowed) == 1 else ", ".join(allowed[:-1]) + " or " + allowed[-1]
+        raise ParameterError(name, f"must be a {kinds} file (got '{path}')")
+    if not path.parent.is_dir():
+        raise ParameterError(name, f"directory '{path.parent}' does not exist")
+
+
+def check_output_dir(path: Path, name: str = "out") -> None:
+    """An output directory option, before anything is computed: it is a directory or can be created (no part of
+    it is an existing file). ParameterError(``name``) otherwise."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists():
+            if p.is_dir():
+                return
+            if p == path:
+                raise ParameterError(name, f"'{path}' is a file, not a directory")
+            raise ParameterError(name, f"cannot create directory '{path}': '{p}' is a file")
+        if p.is_symlink():
+            raise ParameterError(name, f"cannot create directory '{path}': '{p}' is a broken link")
+
+
+def new_file_mode() -> int:
+    """The permission bits a newly created file gets under the current umask (0o666 & ~umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write ``path`` atomically: ``write(tmp)`` fills a temporary file in the same directory with the same
+    suffix (so writers that pick a format from the suffix pick the right one), which gets the mode a new file
+    would get (:func:`new_file_mode`, not mkstemp's 0600) and is then renamed over ``path`` (os.replace). On any
+    error the temporary file is removed and ``path`` is left as it was."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.chmod(tmp, new_file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def print_table(table: Any, min_width: int = 0) -> None:
+    """Print a rich table on stdout at a width that fits its columns: the terminal's width, or the table's
+    natural width where that is wider (piped output gets rich's 80 columns, which would cut numbers to '0.38…')."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = Console()
+    need = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    width = max(console.width, need, min_width)
+    (console if width == console.width else Console(width=width)).print(table)
 
 
 def _clean(obj: Any) -> Any:

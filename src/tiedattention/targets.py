@@ -319,7 +319,10 @@ class CustomTarget(Target):
     """Any given list of eigenvalues. At another d, eigenvalues are taken at matching quantiles."""
 
     def __init__(self, eigenvalues: np.ndarray, spec: str = "custom"):
-        ev = np.asarray(eigenvalues, dtype=float).ravel()
+        ev = np.asarray(eigenvalues, dtype=float)
+        if ev.ndim > 1:  # a matrix is not a list of eigenvalues (flattening it would silently make one up)
+            raise ParameterError("target", f"custom eigenvalues must be a 1-D list (got an array of shape {ev.shape})")
+        ev = ev.ravel()
         if ev.size == 0 or not np.all(np.isfinite(ev)):
             raise ParameterError("target", "custom eigenvalues must be a non-empty list of finite numbers")
         self.values = np.sort(ev)[::-1]

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ..cli_common import JsonOpt, cli_errors, emit_json, parse_dimensions, parse_floats, with_problem
+from ..cli_common import (
+    JsonOpt,
+    atomic_write,
+    check_output_file,
+    cli_errors,
+    emit_json,
+    parse_dimensions,
+    parse_floats,
+    print_table,
+    with_problem,
+)
 from ..errors import ParameterError
 from ..problem import Problem
 
@@ -73,7 +81,7 @@ def with_theory(record: dict[str, Any], se: dict[str, Any], se_d: int | None = N
 
 def save_spectra(path: Path, records: list[dict[str, Any]]) -> None:
     """Write eigenvalues of S_hat and singular values of W/(pd)^{1/4} per alpha and seed to ``path`` (.npz),
-    atomically (temporary file in the same directory, then os.replace).
+    atomically (:func:`..cli_common.atomic_write`: a temporary file in the same directory, then os.replace).
 
     Arrays: ``alpha`` (A,), ``seeds`` (S,) the seed numbers, ``eigenvalues`` (A, S, d),
     ``singular_values`` (A, S, min(p, d)), ``d`` and ``p``.
@@ -90,14 +98,12 @@ def save_spectra(path: Path, records: list[dict[str, Any]]) -> None:
         "d": np.array(first["d"]),
         "p": np.array(first["p"]),
     }
-    fd, tmp = tempfile.mkstemp(prefix=".spectra-", suffix=".npz", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:  # a file object: np.savez would append .npz to a name without it
             np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(path, write)
 
 
 @with_problem
@@ -134,14 +140,15 @@ def simulate(
         dims = parse_dimensions(d)
         if seeds < 1:
             raise ParameterError("seeds", f"must be an integer >= 1 (got {seeds})")
+        if seed < 0:
+            raise ParameterError("seed", f"must be >= 0 (got {seed}): seeds are non-negative integers")
         if n_test < 2:
             raise ParameterError("n-test", f"must be an integer >= 2 (got {n_test})")
         if threads is not None and threads < 1:
             raise ParameterError("threads", f"must be >= 1 (got {threads})")
         if device not in ("cpu", "cuda"):
             raise ParameterError("device", f"must be cpu or cuda (got {device!r})")
-        if save_spectra_to is not None and not save_spectra_to.parent.resolve().is_dir():
-            raise ParameterError("save-spectra", f"directory {save_spectra_to.parent} does not exist")
+        check_output_file(save_spectra_to, "save-spectra")
         if save_spectra_to is not None and len(dims) > 1:
             raise ParameterError("save-spectra", "writes one d at a time (got several --d)")
         if len(dims) > 1 and seeds < 2:
@@ -226,7 +233,7 @@ def simulate(
                 row[5:5] = ([f"{r['se_test_error']:.4f}", f"{r['z_test_error']:+.1f}"] if "se_test_error" in r
                             else ["", ""])
             table.add_row(*row)
-        Console(width=max(Console().width, 120)).print(table)
+        print_table(table)
     if not all(r["converged_all"] for r in records):
         typer.echo("warning: some seeds did not converge (see 'converged')", err=True)
         raise typer.Exit(code=1)
