@@ -174,6 +174,9 @@ def test_cli_spectrum_json_png(tmp_path):
     assert rec["theory"]["n_bulks"] == 1 and 0.6 < rec["theory"]["rank"] < 0.7
     assert out.exists() and out.stat().st_size > 1000
     assert not [p for p in tmp_path.iterdir() if p.name != "s.png"]  # no temporary left behind
+    from tiedattention.cli_common import new_file_mode
+
+    assert out.stat().st_mode & 0o777 == new_file_mode()  # the umask's mode, not mkstemp's 0600
     bad = runner.invoke(app, ["spectrum", "--alpha", "0.5", "--out", str(tmp_path / "x.txt")])
     assert bad.exit_code == 2 and "--out" in bad.output
     bad = runner.invoke(app, ["spectrum", "--alpha", "0.5", "--target", "powerlaw:1.2"])
@@ -182,6 +185,23 @@ def test_cli_spectrum_json_png(tmp_path):
     assert bad.exit_code == 2 and "--joint-law" in bad.output and "finite dimension" in bad.output
     bad = runner.invoke(app, ["spectrum", "--alpha", "0.5", "--joint-law", "-1", "--theory-d", "100"])
     assert bad.exit_code == 2 and "--joint-law" in bad.output
+
+
+@pytest.mark.parametrize(
+    "args, name",
+    [(["--target", "powerlaw:1.25", "--theory-d", "0"], "--theory-d"),
+     (["--target", "powerlaw:1.25", "--theory-d", "-5"], "--theory-d"),
+     (["--target", "powerlaw:1.25", "--theory-d", "1"], "--theory-d"),
+     (["--out", "."], "--out"),  # a directory
+     (["--out", "/nonexistent/dir/s.png"], "--out"),
+     (["--alpha", "abc"], "--alpha")],  # click's own error, one line too
+)
+def test_cli_spectrum_bad_input_one_clear_line(args, name):
+    res = CliRunner().invoke(app, ["spectrum", "--alpha", "0.5", *args])
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {name}:"), lines
+    assert res.stdout == ""
 
 
 @pytest.mark.slow

@@ -4,15 +4,13 @@ with ``--d`` simulated spectra overlaid (histogram) and compared (rank, top sing
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
 import typer
 
-from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, with_problem
+from ..cli_common import JsonOpt, atomic_write, check_dimension, check_output_file, cli_errors, emit_json, with_problem
 from ..errors import ParameterError
 from ..problem import Problem, validate_alpha
 
@@ -45,16 +43,14 @@ def spectrum_cmd(
         if problem.student.model != "factorized":
             raise ParameterError("model", "the learned-spectrum law is implemented for the factorized student")
         check_dimension(d)
+        check_dimension(theory_d, "theory-d")
         if seeds < 1:
             raise ParameterError("seeds", f"must be >= 1 (got {seeds})")
         if joint_law < 0:
             raise ParameterError("joint-law", f"must be >= 0 (got {joint_law})")
         if joint_law and (theory_d if theory_d is not None else d) is None:
             raise ParameterError("joint-law", "needs a finite dimension: give --d or --theory-d")
-        if out is not None and out.suffix.lower() != ".png":
-            raise ParameterError("out", f"must be a .png file (got '{out}')")
-        if out is not None and not out.parent.exists():
-            raise ParameterError("out", f"directory '{out.parent}' does not exist")
+        check_output_file(out, "out", suffix=".png")
         record = spectrum_record(problem, alpha, d=d, seeds=seeds, solver=solver, device=device,
                                  theory_d=theory_d, out=out, joint_law=joint_law)
     if json:
@@ -178,12 +174,7 @@ def _draw(sp, ev, out: Path, problem, alpha: float, joint: list[float] | None = 
     fig.suptitle(f"learned spectrum: {problem.task.target}, α={alpha:g}, λ={problem.student.lam:g}, "
                  f"Δ={problem.task.noise:g}, κ={problem.student.kappa:g}")
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=str(out.parent))
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, out)
+        atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
