@@ -221,6 +221,33 @@ def test_cli_scaling_bad_input():
     assert r.exit_code == 2 and "--route" in r.output
 
 
+@pytest.mark.parametrize(
+    "args, name",
+    [(["--out", "/nonexistent/dir/s.png"], "--out"), (["--out", "."], "--out"), (["--out", "s.txt"], "--out"),
+     (["--kmax-frac", "0"], "--kmax-frac"), (["--kmax-frac", "-0.5"], "--kmax-frac"), (["--kmin", "-1"], "--kmin"),
+     (["--points", "x"], "--points")],
+)
+def test_cli_scaling_bad_input_before_computing(args, name):
+    """Refused up front, in one line (a bad --out used to fail after the whole curve was computed)."""
+    r = CliRunner().invoke(app, ["scaling", "--points", "3", *args])
+    lines = r.stderr.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"error: {name}:"), r.output
+    assert r.stdout == ""
+
+
+def test_cli_scaling_figure_and_table_at_80_columns(tmp_path):
+    """The figure is written atomically with the umask's mode; the table is not cut to '…' in 80 columns."""
+    from tiedattention.cli_common import new_file_mode
+
+    out = tmp_path / "s.png"
+    r = CliRunner().invoke(app, ["scaling", "--points", "3", "--n-range", "1e3:1e4", "--out", str(out)],
+                           env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.stdout and "test error" in r.stdout
+    assert list(tmp_path.iterdir()) == [out] and out.stat().st_size > 1000
+    assert out.stat().st_mode & 0o777 == new_file_mode()
+
+
 def test_cli_scaling_joint_law_json():
     """--joint-law K at finite d: every record gets the joint-law excess (top outlier corrected), 7-12 % above the
     Gaussian channel's at d = 100 (scaling.md "Simulations" (b), (e)), and the summary its fitted exponent."""

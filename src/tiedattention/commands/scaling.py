@@ -9,6 +9,7 @@ point, then a last object with fitted_exponent, fitted_exponent_ci, predicted_ex
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Annotated
 
 import numpy as np
@@ -25,11 +26,17 @@ from ..cli_common import (
     NoiseOutOpt,
     TaskOpt,
     TokensOpt,
+    atomic_write,
+    check_output_file,
     cli_errors,
     emit_json,
+    print_table,
     problem_from_cli,
 )
 from ..errors import ParameterError
+
+#: the figure formats of ``--out``, by suffix
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 def register(app: typer.Typer) -> None:
@@ -65,7 +72,9 @@ def scaling(
     ] = "optimal",
     kmin: Annotated[int, typer.Option("--kmin", help="fit only points with k* >= kmin")] = 3,
     kmax_frac: Annotated[float, typer.Option("--kmax-frac", help="finite d: fit only points with k* <= frac d")] = 0.25,
-    out: Annotated[str | None, typer.Option("--out", help="write a log-log figure (PNG)")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="write a log-log figure (.png, .pdf or .svg)")
+    ] = None,
     order: Annotated[int | None, typer.Option("--order", help="Gauss-Hermite order per dimension (T=2)")] = None,
     route: Annotated[
         str, typer.Option("--route", help="finite d: auto (default: fast where it applies, else plain), fast, plain")
@@ -116,6 +125,11 @@ def scaling(
         lo, hi = _range(n_range)
         if points < 3:
             raise ParameterError("points", f"needs at least 3 points (got {points})")
+        if kmin < 0:
+            raise ParameterError("kmin", f"must be >= 0 (got {kmin})")
+        if not (math.isfinite(kmax_frac) and kmax_frac > 0):
+            raise ParameterError("kmax-frac", f"must be > 0 (got {kmax_frac})")
+        check_output_file(out, "out", suffix=FIGURE_SUFFIXES)
         grid = np.geomspace(lo, hi, points)
         options = {"channel_options": {"order": order}} if order is not None else {}
         if order is not None and order < 2:
@@ -164,8 +178,8 @@ def scaling(
             ej = r.get("excess_joint_law")
             row.append("-" if ej is None else f"{ej:.3e} ± {r['excess_joint_law_err']:.1e}")
         table.add_row(*row)
+    print_table(table)
     con = Console()
-    con.print(table)
     fe = summary["fitted_exponent"]
     con.print(f"fitted exponent {fe if fe is None else round(fe, 4)} (CI {summary['fitted_exponent_ci']}), "
               f"predicted {f_pred:.4f}: {regime}")
@@ -227,5 +241,7 @@ def _figure(path, records, use, d_inf, summary) -> None:
     ax.set_ylabel("e_test - e_0")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format=Path(path).suffix[1:].lower()))
+    finally:
+        plt.close(fig)
