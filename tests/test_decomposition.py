@@ -289,6 +289,10 @@ def test_cli_json():
                 "mse_under", "mse_approx", "mse_mismatch", "E_over_clean", "k_star"):
         assert key in r
     assert sum(r[f"E_{k}"] for k in KEYS4) == pytest.approx(r["e_test"] - r["e_0"], abs=1e-9)
+    # the table in 80 columns (piped output): no number cut to '…'
+    out = CliRunner().invoke(app, ["decompose", "--lam", "0.1", "--alpha", "0.001,0.002"], env={"COLUMNS": "80"})
+    assert out.exit_code == 0 and "…" not in out.stdout
+    assert all(f"{q['e_test']:.5f}" in out.stdout and f"{q['E_under']:.5f}" in out.stdout for q in recs)
 
 
 @pytest.mark.parametrize(

@@ -148,6 +148,16 @@ def test_cli_theory_json_contract():
     assert res.exit_code == 0 and f"{lines[1]['err_fixed_point_test_error']:.1e}" in res.stdout
     res = CliRunner().invoke(app, ["theory", "--alpha", "0.5", "--accuracy", "0"])
     assert res.exit_code == 2 and "--accuracy" in res.stderr
+    # piped or in 80 columns the table keeps its numbers whole (it used to cut them to '0.388…')
+    res = CliRunner().invoke(app, ["theory", "--alpha", "0.1,0.5"], env={"COLUMNS": "80"})
+    assert res.exit_code == 0 and "…" not in res.stdout
+    assert all(f"{r['test_error']:.6f}" in res.stdout and f"{r['test_error_clean']:.6f}" in res.stdout for r in lines)
+    # click's own usage errors are one line naming the option, exit 2
+    for args, name in ((["--alpha", "0.5", "--d", "abc"], "--d"), (["--alpha", "0.5", "--bogus"], "--bogus"),
+                       ([], "--alpha"), (["--alpha", "0.1:0.1:3"], "--alpha")):
+        res = CliRunner().invoke(app, ["theory", *args])
+        err = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(err) == 1 and err[0].startswith(f"error: {name}: "), res.output
 
 
 def test_records_invert_to_the_results():

@@ -77,6 +77,8 @@ def test_cli_thresholds_json_and_errors():
         res = runner.invoke(app, ["thresholds", *bad])
         assert res.exit_code == 2, bad
         assert name in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    res = runner.invoke(app, ["thresholds"], env={"COLUMNS": "80"})  # the table whole in 80 columns
+    assert res.exit_code == 0 and "…" not in res.stdout and f"{rec['interpolation_alpha']:.6f}" in res.stdout
 
 
 def test_narrow_student_thresholds_respect_the_parameter_count():

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, parse_floats, with_problem
+from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, parse_floats, print_table, with_problem
 from ..errors import ParameterError
 from ..problem import Problem
 
@@ -93,7 +93,6 @@ def decompose(
     json: JsonOpt = False,
 ) -> None:
     """Split the excess test error e_test − e_0 (and the MSE on S) into E_over, E_under, E_approx, E_mismatch."""
-    from rich.console import Console
     from rich.table import Table
 
     from ..theory.decomposition import decompose_point, saturation_point
@@ -132,6 +131,6 @@ def decompose(
             table.add_row(f"{r['alpha']:.4g}", f"{r['e_test']:.5f}", f"{r['e_0']:.5f}", *(
                 f"{r[f'E_{k}']:.5f}" for k in ("over", "under", "approx", "mismatch")),
                 f"{r.get('mse', float('nan')):.5f}", str(r.get("k_star", "")), "yes" if r["converged"] else "NO")
-        Console(width=max(Console().width, 130)).print(table)
+        print_table(table)
     if not all(r["converged"] for r in records):
         raise typer.Exit(code=1)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, parse_floats, with_problem
+from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, parse_floats, print_table, with_problem
 from ..errors import ParameterError
 from ..problem import Problem
 
@@ -93,7 +93,7 @@ def theory(
             *extra,
             *((f"{r['fd_test_error']:.6f}" if r.get("fd_test_error") is not None else "-",) if finite_d else ()),
         )
-    Console().print(table)
+    print_table(table)
     if not all(r["converged"] and r.get("fd_converged") is not False for r in records):
         raise typer.Exit(code=1)
 

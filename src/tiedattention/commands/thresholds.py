@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import JsonOpt, cli_errors, emit_json, with_problem
+from ..cli_common import JsonOpt, cli_errors, emit_json, print_table, with_problem
 from ..problem import Problem
 
 
@@ -40,7 +40,6 @@ def thresholds_cmd(
             table.add_row(name.replace("_", " "), "none", "none")
         else:
             table.add_row(name.replace("_", " "), f"{th[name]:.6f}", f"{th[name + '_alpha']:.6f}")
-    console = Console()
-    console.print(table)
+    print_table(table)
     if th["message"]:
-        console.print(f"[yellow]note:[/] {th['message']}")
+        Console().print(f"[yellow]note:[/] {th['message']}")
