@@ -98,6 +98,41 @@ def test_bad_name_one_line_exit_2(tmp_path):
     assert res.exit_code == 2 and "--workers" in res.output
 
 
+def test_out_that_is_a_file_is_one_line_before_computing(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    for out, fragment in ((afile, "is a file, not a directory"), (afile / "sub", "is a file")):
+        res = runner.invoke(app, ["reproduce", "fig8", "--quick", "--out", str(out), "--no-progress"])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1, res.output
+        assert lines[0].startswith("error: --out: ") and fragment in lines[0]
+    assert afile.read_text() == "keep" and sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_help_names_each_figures_solver():
+    """The help says which solver trains each figure's simulations; check it against the figures' cells."""
+    import re
+
+    import typer
+
+    text = " ".join(typer.main.get_command(app).commands["reproduce"].help.split())
+    found = re.search(r"L-BFGS in (.*?), with the proximal solver on S in (.*?)\)", text)
+    assert found, text
+
+    def names(group: str) -> set[str]:
+        out = set()
+        for part in re.split(r", | and ", group):
+            lo, _, hi = part.partition("-")
+            out |= {f"fig{i}" for i in range(int(lo[3:]), int((hi or lo)[3:]) + 1)}
+        return out
+
+    lbfgs, prox = names(found.group(1)), names(found.group(2))
+    assert lbfgs | prox == set(rp.FIGURES) and not lbfgs & prox
+    for name in rp.FIGURES:  # the simulations of fig3 and fig9 are built in a second stage: checked where present
+        solvers = {c.params["solver"] for c in rp.figure_module(name).build(True, None) if "solver" in c.params}
+        assert solvers <= {"lbfgs" if name in lbfgs else "prox"}, (name, solvers)
+
+
 def test_theory_curve_records_a_failing_point_instead_of_failing(monkeypatch):
     from tiedattention.reproduce import routes
     from tiedattention.theory.state_evolution import StateEvolution

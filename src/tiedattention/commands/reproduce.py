@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import cli_errors
+from ..cli_common import check_output_dir, cli_errors
 from ..errors import ParameterError
 
 
@@ -27,9 +27,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress on stderr")] = True,
     ) -> None:
-        """Reproduce a figure of the study: state evolution as lines, simulations (L-BFGS) as points with
-        standard errors. Writes OUT/NAME.png, .pdf and .parquet (the plotted data); interrupted runs resume
-        from OUT/store. Figures: see docs/gallery.md."""
+        """Reproduce a figure of the study: state evolution as lines, simulations as points with standard
+        errors (trained with L-BFGS in fig2, fig3, fig4 and fig6, with the proximal solver on S in fig1, fig5 and
+        fig7-fig10). Writes OUT/NAME.png, .pdf and .parquet (the plotted data); interrupted runs resume from
+        OUT/store. Figures: see docs/gallery.md."""
         from ..reproduce import FIGURES, figure_module
         from ..reproduce import reproduce as run_figure
         from ..sweep import SweepInterrupted
@@ -39,6 +40,7 @@ def register(app: typer.Typer) -> None:
             names = list(FIGURES) if name == "all" else [name]
             for n in names:
                 figure_module(n)
+            check_output_dir(out, "out")
             if workers is not None and workers < 1:
                 raise ParameterError("workers", f"must be >= 1 (got {workers})")
             if scheduler is not None and "://" not in scheduler:
