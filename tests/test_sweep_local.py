@@ -225,3 +225,78 @@ def test_cli_dry_run_counts_without_computing(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and "3 cells (sleep), 0 already in" in err
     assert not (tmp_path / "s").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# [run] settings of the simulate route, --out, help and JSON output (in process: no worker is started)
+# --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("run", "name", "fragment"),
+    [
+        ('solver = "nope"', "--solver", "known: adam, gamp, lbfgs, prox"),
+        ("bogus = 3", "--bogus", "solver 'adam'"),
+        ('solver = "gamp"\nlr = 0.1', "--lr", "solver 'gamp'"),  # an adam option is not one of gamp's
+    ],
+)
+def test_cli_simulate_settings_are_checked_before_the_store_exists(tmp_path, run, name, fragment):
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    spec_path = tmp_path / "g.toml"
+    spec_path.write_text(f'[grid]\nalpha = [0.5]\n[run]\nroutes = ["simulate"]\nd = 8\nseeds = 1\n{run}\n')
+    for extra in ([], ["--dry-run"]):
+        res = CliRunner().invoke(app, ["sweep", str(spec_path), "--out", str(tmp_path / "s"), "--no-progress", *extra])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 2 and len(lines) == 1, res.output
+        assert lines[0].startswith(f"error: {name}: ") and fragment in lines[0]
+        assert res.stdout == "" and not (tmp_path / "s").exists()
+    # the library's entry point refuses it before creating the store too
+    with pytest.raises(ParameterError) as exc:
+        run_sweep(parse_spec(spec_path.read_text()), tmp_path / "s2", progress=False)
+    assert exc.value.param == name[2:] and not (tmp_path / "s2").exists()
+
+
+def test_cli_simulate_settings_of_the_chosen_solver_pass(tmp_path):
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    spec_path = tmp_path / "g.toml"
+    for run in ('solver = "gamp"\ndamping = 0.4', 'solver = "prox"\nrtol = 1e-8\nthreads = 1', "lr = 0.05"):
+        spec_path.write_text(f'[grid]\nalpha = [0.5]\n[run]\nroutes = ["simulate"]\nd = 8\nseeds = 1\n{run}\n')
+        res = CliRunner().invoke(app, ["sweep", str(spec_path), "--out", str(tmp_path / "s"), "--dry-run"])
+        assert res.exit_code == 0 and "1 cells (simulate)" in res.stderr, res.output
+
+
+def test_cli_out_that_is_a_file_and_the_help(tmp_path):
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    spec_path = tmp_path / "g.toml"
+    spec_path.write_text(_spec_text(1, 0.0))
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    res = CliRunner().invoke(app, ["sweep", str(spec_path), "--out", str(afile)])
+    assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
+        f"error: --out: '{afile}' is a file, not a directory"], res.output
+    assert afile.read_text() == "keep"
+    res = CliRunner().invoke(app, ["sweep", "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0 and "a [grid] table of lists and a [run] table" in res.stdout  # not eaten as markup
+
+
+def test_json_rows_give_integer_columns_back_as_integers():
+    import pandas as pd
+
+    from tiedattention.commands.sweep import json_rows
+
+    table = pd.DataFrame([{"route": "theory", "alpha": 1.0, "lam": 0.5},
+                          {"route": "simulate", "alpha": 2.0, "d": 20, "seeds": 2, "lam": 0.25, "mse": 0.1}])
+    assert table["d"].dtype.kind == "f"  # the NaN upcast the function undoes
+    rows = json_rows(table)
+    assert rows[1]["d"] == 20 and type(rows[1]["d"]) is int and type(rows[1]["seeds"]) is int
+    assert np.isnan(rows[0]["d"]) and np.isnan(rows[0]["mse"]) and rows[1]["mse"] == 0.1
+    assert type(rows[0]["alpha"]) is float and rows[1]["alpha"] == 2.0  # a float column without gaps stays float

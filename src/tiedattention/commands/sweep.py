@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..cli_common import JsonOpt, cli_errors, emit_json
+from ..cli_common import JsonOpt, check_output_dir, cli_errors, emit_json
 from ..errors import ParameterError
 
 
@@ -32,10 +32,22 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def json_rows(table: Any) -> list[dict[str, Any]]:
+    """The store's table as JSON-ready rows. An integer column that some rows lack (``d`` of the theory rows next
+    to simulations) is float in a DataFrame (NaN upcast); its values are given back as integers (20, not 20.0):
+    a float column with missing values whose other values are all integral. Missing values stay NaN (JSON null)."""
+    upcast = [c for c in table.columns if table[c].dtype.kind == "f" and table[c].isna().any()
+              and bool((table[c].dropna() % 1 == 0).all())]
+    rows = table.to_dict(orient="records")
+    for row in rows:
+        row.update({c: int(row[c]) for c in upcast if row[c] == row[c]})
+    return rows
+
+
 def register(app: typer.Typer) -> None:
     @app.command("sweep")
     def sweep(
-        spec: Annotated[Path, typer.Argument(help="TOML spec: a [grid] table of lists and a [run] table")],
+        spec: Annotated[Path, typer.Argument(help="TOML spec: a \\[grid] table of lists and a \\[run] table")],
         out: Annotated[Path, typer.Option("--out", help="store directory (created; reused to resume)")],
         scheduler: Annotated[
             str | None, typer.Option("--scheduler", help="dask.distributed scheduler, tcp://HOST:PORT")
@@ -56,9 +68,13 @@ def register(app: typer.Typer) -> None:
         Interrupted sweeps (Ctrl-C, kill, a crashed worker) resume with the same command.
         """
         from ..sweep import Store, SweepInterrupted, load_spec, run_sweep
+        from ..sweep.routes import check_route
 
         with cli_errors():
             sweep_spec = load_spec(spec)
+            check_output_dir(out, "out")
+            for route in sweep_spec.routes:  # unknown solver or [run] key: refused before the store exists
+                check_route(route, sweep_spec.settings)
             if workers is not None and workers < 1:
                 raise ParameterError("workers", f"must be >= 1 (got {workers})")
             if scheduler is not None and "://" not in scheduler:
@@ -100,7 +116,7 @@ def register(app: typer.Typer) -> None:
                     err=True,
                 )
         if json_out:
-            for row in summary.table().to_dict(orient="records"):
+            for row in json_rows(summary.table()):
                 emit_json(row)
         if summary.failures:
             typer.echo("sweep: failed cells are not stored; rerun the same command to retry them", err=True)

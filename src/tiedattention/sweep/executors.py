@@ -244,12 +244,12 @@ def run_sweep(
     t0 = time.perf_counter()
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
-    if not isinstance(store, Store):
-        store = Store(Path(store))
     if max_workers is not None and max_workers < 1:
         raise ParameterError("workers", f"must be >= 1 (got {max_workers})")
-    for route in spec.routes:
+    for route in spec.routes:  # before the store: a spec that cannot run creates no directory
         check_route(route, spec.settings)
+    if not isinstance(store, Store):
+        store = Store(Path(store))
 
     summary = SweepSummary(spec=spec, store=store, total=len(spec.cells))
     store.cleanup_temp()

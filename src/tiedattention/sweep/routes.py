@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import ParameterError
-from .spec import BUILTIN_ROUTES, PROBLEM_OPTIONS, canonical_json, problem_from_params
+from .spec import BUILTIN_ROUTES, KNOWN_SETTINGS, PROBLEM_OPTIONS, canonical_json, problem_from_params
 
 __all__ = [
     "CellError", "route_theory", "route_simulate", "route_sleep", "get_route", "check_route", "run_cell",
@@ -71,7 +71,7 @@ def route_simulate(params: Mapping[str, Any], device: str | None = None) -> dict
         register_gamp()
 
     trainer = {k: v for k, v in params.items() if k not in PROBLEM_OPTIONS and k not in _SIM_FIXED
-               and k not in ("alpha", "route", "target_sha256")}
+               and k not in ("alpha", "route", "target_sha256", "sleep")}
     dev = resolve_device(device)
     out = dict(
         simulate_record(
@@ -112,8 +112,56 @@ def get_route(name: str) -> RouteFn:
     return fn
 
 
+#: the leading parameters of every solver that the trainer fills in (not [run] settings)
+_SOLVER_FIXED = ("seed", "callback")
+#: simulate_record's own settings that a spec may set (the others are filled in by the route or are not data)
+_RECORD_SETTINGS = ("seed0", "n_test", "threads", "rank_tol")
+#: train's settings that a spec may set
+_TRAIN_SETTINGS = ("chunk",)
+
+
+def solver_settings(fn: Callable[..., Any]) -> set[str] | None:
+    """The keyword options a registered solver takes (its keyword parameters after ``problem, obj``, less seed
+    and callback); None when it takes ``**options`` that cannot be resolved (a custom solver). The ``gamp``
+    solver hands its options to :func:`tiedattention.amp.gamp`, whose keyword parameters they are."""
+    params = list(inspect.signature(fn).parameters.values())[2:]
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - set(_SOLVER_FIXED)
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        from ..amp import gamp, solve_gamp
+
+        if fn is not solve_gamp:
+            return None
+        names |= {p.name for p in inspect.signature(gamp).parameters.values()
+                  if p.kind is p.KEYWORD_ONLY} - set(_SOLVER_FIXED)
+    return names
+
+
+def _check_simulate_settings(settings: Mapping[str, Any]) -> None:
+    """``solver`` is a registered solver (gamp included) and every other [run] key is a setting of the route,
+    of simulate_record or of that solver: ParameterError naming the first key that is not."""
+    from ..amp import register as register_gamp
+    from ..simulation import SOLVERS, simulate_record
+
+    register_gamp()  # the "gamp" solver lives above the simulation layer; route_simulate registers it too
+    solver = settings.get("solver", inspect.signature(simulate_record).parameters["solver"].default)
+    if solver not in SOLVERS:
+        raise ParameterError("solver", f"unknown solver {solver!r} in [run] (known: {', '.join(sorted(SOLVERS))})")
+    own = solver_settings(SOLVERS[solver])
+    if own is None:  # a custom solver taking **options: nothing to check against
+        return
+    known = set(KNOWN_SETTINGS) | set(_RECORD_SETTINGS) | set(_TRAIN_SETTINGS)
+    for k in settings:
+        if k not in known and k not in own:
+            raise ParameterError(
+                k, f"unknown key in [run]: not a setting of the simulate route or of solver {solver!r} "
+                   f"(its settings: {', '.join(sorted(own)) or 'none'}; the route's: "
+                   f"{', '.join(sorted(known - {'sleep'}))})",
+            )
+
+
 def check_route(name: str, settings: Mapping[str, Any] | None = None) -> None:
-    """Fail early (ParameterError) if a route cannot run here: module missing, unknown trainer setting."""
+    """Fail early (ParameterError) if a route cannot run here: module missing, unknown solver, a [run] key that
+    is not a setting of the route or of its solver. Nothing is written."""
     settings = dict(settings or {})
     if name == "theory":
         try:
@@ -122,17 +170,12 @@ def check_route(name: str, settings: Mapping[str, Any] | None = None) -> None:
             raise ParameterError("routes", f"route 'theory' is not available: {exc}") from None
     elif name == "simulate":
         try:
-            from ..simulation import simulate_record
+            from ..simulation import simulate_record  # noqa: F401
         except ImportError as exc:
             raise ParameterError(
                 "routes", f"route 'simulate' is not available ({exc}); install tiedattention[sim]"
             ) from None
-        sig = inspect.signature(simulate_record)
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-        for k in settings:
-            if k in ("d", "seeds", "device", "sleep") or takes_any or k in sig.parameters:
-                continue
-            raise ParameterError(k, "is not a setting of simulate_record (unknown key in [run])")
+        _check_simulate_settings(settings)
     elif name not in BUILTIN_ROUTES:
         get_route(name)
 
