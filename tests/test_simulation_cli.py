@@ -40,9 +40,9 @@ def test_json_lines_and_spectra(tmp_path):
 
 
 def test_table_output():
-    res = runner.invoke(app, [*BASE, "--alpha", "0.5"])
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5", "--theory"], env={"COLUMNS": "80"})
     assert res.exit_code == 0, res.output
-    assert "simulation" in res.stdout
+    assert "simulation" in res.stdout and "…" not in res.stdout  # the table's natural width, not 80 columns
 
 
 @pytest.mark.parametrize(

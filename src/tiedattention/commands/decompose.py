@@ -131,6 +131,6 @@ def decompose(
             table.add_row(f"{r['alpha']:.4g}", f"{r['e_test']:.5f}", f"{r['e_0']:.5f}", *(
                 f"{r[f'E_{k}']:.5f}" for k in ("over", "under", "approx", "mismatch")),
                 f"{r.get('mse', float('nan')):.5f}", str(r.get("k_star", "")), "yes" if r["converged"] else "NO")
-        print_table(table)
+        print_table(table, min_width=130)
     if not all(r["converged"] for r in records):
         raise typer.Exit(code=1)

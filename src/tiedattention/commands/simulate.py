@@ -233,7 +233,7 @@ def simulate(
                 row[5:5] = ([f"{r['se_test_error']:.4f}", f"{r['z_test_error']:+.1f}"] if "se_test_error" in r
                             else ["", ""])
             table.add_row(*row)
-        print_table(table)
+        print_table(table, min_width=120)
     if not all(r["converged_all"] for r in records):
         typer.echo("warning: some seeds did not converge (see 'converged')", err=True)
         raise typer.Exit(code=1)
