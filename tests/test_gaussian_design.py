@@ -61,29 +61,16 @@ def test_svec_is_an_isometry():
     assert np.allclose(gd.smat(gd.svec(A), 5), A)
 
 
-def test_gradient_equals_autograd_through_explicit_sensing_matrices(torch_one_thread):
+def test_gradient_equals_autograd_through_explicit_sensing_matrices(torch_one_thread, design_checks):
     p = Problem.from_options(lam=0.01, beta=1.3)
     d, n, T = 5, 30, 2
     data = gd.sample_gaussian_design(p, n, d, 3)
-    obj = gd.GaussianObjective(p, data)
     rng = np.random.default_rng(4)
     M = rng.standard_normal((d, d))
     S = torch.as_tensor(M + M.T, dtype=torch.float64)
-    _, G = obj.loss_of_logits(obj.logits_all(S))
-    grad = obj.grad_S_of(G)
     # independent route: the (d, d) sensing matrices A = smat(b) and h_ab = c_ab <A, S> / sqrt(d), autograd on S
-    A = torch.as_tensor(np.stack([gd.smat(b, d) for b in data.B]))
-    a, b, c = gd.pairs(T)
-    Sl = S.clone().requires_grad_(True)
-    v = (A * Sl).sum(axis=(1, 2)).reshape(n, -1) * torch.as_tensor(c) / math.sqrt(d)
-    H = torch.zeros((n, T, T), dtype=torch.float64)
-    H[:, a, b] = v
-    H[:, b, a] = v
-    loss = ((torch.as_tensor(data.y) - torch.softmax(p.student.beta * H, -1)) ** 2).sum() / d**2
-    loss.backward()
-    ref = 0.5 * (Sl.grad + Sl.grad.T)
-    assert float(loss.detach()) == pytest.approx(obj.data_only(S), rel=1e-12)
-    assert torch.allclose(grad, ref, rtol=1e-11, atol=1e-14)
+    A = np.stack([gd.smat(b, d) for b in data.B])
+    design_checks.gradient(gd.GaussianObjective(p, data), A, gd.pairs(T)[2], data.y, p.student.beta, S)
 
 
 def test_test_error_from_overlaps_equals_fresh_gaussian_design_sequences():
@@ -106,22 +93,13 @@ def test_test_error_from_overlaps_equals_fresh_gaussian_design_sequences():
     assert gd.gaussian_test_errors(p, *gd.overlaps(S0, S0), seed=0, n_test=1000)["test_error_clean"] < 1e-20
 
 
-def test_prox_minimiser_satisfies_kkt(torch_one_thread):
+def test_prox_minimiser_satisfies_kkt(torch_one_thread, design_checks):
     p = Problem.from_options(lam=0.05)
     d = 10
     data = gd.sample_gaussian_design(p, 60, d, 8)
     res = gd.train_gaussian(p, data, seed=8)
     assert res["converged"], res["message"]
-    obj = gd.GaussianObjective(p, data)
-    S = torch.as_tensor(res["S_hat"])
-    _, G = obj.loss_of_logits(obj.logits_all(S))
-    Z = obj.grad_S_of(G) + p.student.lam / d * torch.eye(d, dtype=torch.float64)
-    ev_S = torch.linalg.eigvalsh(S)
-    scale = float(torch.linalg.matrix_norm(Z, 2))
-    assert float(ev_S.min()) >= -1e-10  # S psd
-    assert float(torch.linalg.eigvalsh(Z).min()) >= -1e-5 * scale  # dual feasibility
-    assert float(torch.linalg.matrix_norm(S @ Z)) <= 1e-5 * scale * float(ev_S.max())  # complementarity
-    assert float(ev_S.max()) > 0
+    design_checks.kkt(gd.GaussianObjective(p, data), torch.as_tensor(res["S_hat"]), p.student.lam)
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -57,51 +57,29 @@ def test_labels_follow_the_teacher_logits_and_the_same_target_as_the_aim():
     assert np.allclose(data.y, e / e.sum(-1, keepdims=True)) and np.allclose(data.clean, data.y)  # Delta = 0
 
 
-def test_gradient_equals_autograd_through_explicit_sensing_matrices(torch_one_thread):
+def test_gradient_equals_autograd_through_explicit_sensing_matrices(torch_one_thread, design_checks):
     p = Problem.from_options(lam=0.01, beta=1.3)
-    d, n, T = 5, 30, 2
+    d, n = 5, 30
     data = r1.sample_rank_one_design(p, n, d, 3)
-    obj = r1.RankOneObjective(p, data)
     rng = np.random.default_rng(4)
     M = rng.standard_normal((d, d))
     S = torch.as_tensor(M + M.T, dtype=torch.float64)
-    _, G = obj.loss_of_logits(obj.logits_all(S))
-    grad = obj.grad_S_of(G)
     # independent route: the sensing matrices (u v^T + v u^T)/2 - [diagonal] I, h = <A, S>/sqrt(d), autograd on S
     A = np.einsum("ki,kj->kij", data.U, data.V)
     A = 0.5 * (A + np.swapaxes(A, 1, 2)) - data.diag[:, None, None] * np.eye(d)
-    A = torch.as_tensor(A)
-    a, b, _ = r1.pairs(T)
-    Sl = S.clone().requires_grad_(True)
-    v = (A * Sl).sum(axis=(1, 2)).reshape(n, -1) / math.sqrt(d)
-    H = torch.zeros((n, T, T), dtype=torch.float64)
-    H[:, a, b] = v
-    H[:, b, a] = v
-    loss = ((torch.as_tensor(data.y) - torch.softmax(p.student.beta * H, -1)) ** 2).sum() / d**2
-    loss.backward()
-    ref = 0.5 * (Sl.grad + Sl.grad.T)
-    assert float(loss.detach()) == pytest.approx(obj.data_only(S), rel=1e-12)
-    assert torch.allclose(grad, ref, rtol=1e-11, atol=1e-14)
+    design_checks.gradient(r1.RankOneObjective(p, data), A, np.ones(3), data.y, p.student.beta, S)
 
 
-def test_prox_minimiser_satisfies_kkt_and_the_seed_record(torch_one_thread):
+def test_prox_minimiser_satisfies_kkt_and_the_seed_record(torch_one_thread, design_checks):
     p = Problem.from_options(lam=0.05)
     d, alpha = 10, 0.6
     row = r1.rank_one_design_seed(p, alpha, d, seed=8, n_test=2000)
     assert row["converged"] and row["mse"] == pytest.approx(row["q"] - 2 * row["m"] + row["Q0"])
     data = r1.sample_rank_one_design(p, int(round(alpha * d * d)), d, 8)
     obj = r1.RankOneObjective(p, data)
-    sol = r1.solve_prox(p, obj, seed=8)
-    S = r1.sym(sol.S.detach())
+    S = r1.sym(r1.solve_prox(p, obj, seed=8).S.detach())
     assert obj.value(S) == pytest.approx(row["objective"], rel=1e-12)
-    _, G = obj.loss_of_logits(obj.logits_all(S))
-    Z = obj.grad_S_of(G) + p.student.lam / d * torch.eye(d, dtype=torch.float64)
-    ev_S = torch.linalg.eigvalsh(S)
-    scale = float(torch.linalg.matrix_norm(Z, 2))
-    assert float(ev_S.min()) >= -1e-10  # S psd
-    assert float(torch.linalg.eigvalsh(Z).min()) >= -1e-5 * scale  # dual feasibility
-    assert float(torch.linalg.matrix_norm(S @ Z)) <= 1e-5 * scale * float(ev_S.max())  # complementarity
-    assert float(ev_S.max()) > 0
+    design_checks.kkt(obj, S, p.student.lam)
 
 
 def test_bad_input_names_the_parameter():

@@ -51,6 +51,7 @@ __all__ = [
     "GaussianDataset",
     "sample_gaussian_design",
     "gaussian_logits",
+    "DesignObjective",
     "GaussianObjective",
     "train_gaussian",
     "gaussian_test_errors",
@@ -88,16 +89,8 @@ def smat(u: np.ndarray | torch.Tensor, d: int):
     return S
 
 
-@dataclass
-class GaussianDataset:
-    """n sequences of the Gaussian-design AIM. B: (n K, d(d+1)/2) sensing vectors (row mu K + k is pair k of
-    sequence mu, order of :func:`pairs`); y, clean: (n, T, T) noisy and clean labels; S0 (d, d)."""
-
-    B: np.ndarray
-    y: np.ndarray
-    clean: np.ndarray
-    S0: np.ndarray
-    T: int
+class DesignData:
+    """The sizes of a control design's data set, from its target S0 (d, d) and labels y (n, T, T)."""
 
     @property
     def d(self) -> int:
@@ -106,6 +99,18 @@ class GaussianDataset:
     @property
     def n(self) -> int:
         return self.y.shape[0]
+
+
+@dataclass
+class GaussianDataset(DesignData):
+    """n sequences of the Gaussian-design AIM. B: (n K, d(d+1)/2) sensing vectors (row mu K + k is pair k of
+    sequence mu, order of :func:`pairs`); y, clean: (n, T, T) noisy and clean labels; S0 (d, d)."""
+
+    B: np.ndarray
+    y: np.ndarray
+    clean: np.ndarray
+    S0: np.ndarray
+    T: int
 
 
 def gaussian_logits(B: np.ndarray | torch.Tensor, S: np.ndarray | torch.Tensor, T: int):
@@ -130,6 +135,22 @@ def _gram_factors(rng: np.random.Generator, n: int, d: int, T: int) -> np.ndarra
     return np.linalg.cholesky(design_gram(np.einsum("nad,nbd->nab", x, x), d))
 
 
+def design_setup(problem: Problem, n: int, d: int, seed: int, S0: np.ndarray | None,
+                 name: str) -> tuple[int, int, int, np.ndarray]:
+    """Validated (n, d, T, S0) of a control design's sample (seq2lab only): S0 from ``rng_for(seed, "target")``
+    unless given, i.e. the same S0 as the AIM's sampler for that seed."""
+    task = problem.task
+    if task.task != "seq2lab":
+        raise ParameterError("task", f"the {name} design is implemented for seq2lab only")
+    if isinstance(n, bool) or int(n) != n or n < 1:
+        raise ParameterError("n", f"must be a positive integer (got {n!r})")
+    if isinstance(d, bool) or int(d) != d or d < 2:
+        raise ParameterError("d", f"must be an integer >= 2 (got {d!r})")
+    if S0 is None:
+        S0 = task.target.sample(int(d), rng_for(int(seed), "target"))
+    return int(n), int(d), task.tokens, np.asarray(S0, dtype=np.float64)
+
+
 def sample_gaussian_design(
     problem: Problem, n: int, d: int, seed: int, S0: np.ndarray | None = None, chunk: int = 1 << 22,
     gram: bool = False,
@@ -140,16 +161,7 @@ def sample_gaussian_design(
     (``design.design_gram``; tokens from a fourth stream of ``rng_for(seed, "train")``): Gaussian logits with the
     AIM's per-sequence Gram fluctuations (theory: ``theory.finite_size``)."""
     task = problem.task
-    if task.task != "seq2lab":
-        raise ParameterError("task", "the Gaussian design is implemented for seq2lab only")
-    if isinstance(n, bool) or int(n) != n or n < 1:
-        raise ParameterError("n", f"must be a positive integer (got {n!r})")
-    if isinstance(d, bool) or int(d) != d or d < 2:
-        raise ParameterError("d", f"must be an integer >= 2 (got {d!r})")
-    n, d, T = int(n), int(d), task.tokens
-    if S0 is None:
-        S0 = task.target.sample(d, rng_for(int(seed), "target"))
-    S0 = np.asarray(S0, dtype=np.float64)
+    n, d, T, S0 = design_setup(problem, n, d, seed, S0, "Gaussian")
     seeds = rng_for(int(seed), "train").integers(0, 2**63 - 1, size=4)
     rB, rxi, rout, rgram = (np.random.default_rng(int(s)) for s in seeds)
     K, D = T * (T + 1) // 2, d * (d + 1) // 2
@@ -175,25 +187,20 @@ class _Data:
         self.dtype, self.device = dtype, device
 
 
-class GaussianObjective:
-    """F = [sum_mu ||y_mu - softmax_row(beta h_mu(S))||^2 + penalty]/d^2 on a :class:`GaussianDataset`, with the
-    interface :func:`.trainers.solve_prox` uses (``logits_all``, ``loss_of_logits``, ``grad_S_of``,
-    ``penalty_trace``, ``penalty_ridge``)."""
+class DesignObjective:
+    """F = [sum_mu ||y_mu - softmax_row(beta h_mu(S))||^2 + penalty]/d^2 for a control design whose logits h(S)
+    are linear in S: the part shared by the designs. A subclass sets ``self.y`` (torch, (n, T, T)) and the data's
+    dtype in ``__init__`` (through :meth:`_setup`) and provides ``logits_all(S)`` and ``grad_S_of(G)``, the
+    adjoint; together they are the interface :func:`.trainers.solve_prox` uses (``logits_all``,
+    ``loss_of_logits``, ``grad_S_of``, ``penalty_trace``, ``penalty_ridge``)."""
 
-    def __init__(self, problem: Problem, data: GaussianDataset):
+    def _setup(self, problem: Problem, d: int, y: np.ndarray, T: int, dtype: torch.dtype) -> None:
         self.problem = problem
-        self.d, self.n, self.T = data.d, data.n, data.T
+        self.d, self.n, self.T = d, y.shape[0], T
         self.lam = problem.student.lam
         self.beta = problem.student.beta
-        self.B = torch.from_numpy(data.B)
-        self.y = torch.from_numpy(data.y)
-        self.data = _Data(self.B.dtype, self.B.device)
-        self._a, self._b, c = pairs(self.T)
-        self._c = torch.as_tensor(c / math.sqrt(self.d), dtype=self.B.dtype)
-
-    def logits_all(self, S: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            return gaussian_logits(self.B, S, self.T)
+        self.y = torch.from_numpy(y)
+        self.data = _Data(dtype, torch.device("cpu"))
 
     def loss_of_logits(self, H: torch.Tensor, grad: bool = True) -> tuple[float, torch.Tensor | None]:
         """data sum / d^2 of all logits H (n, T, T) and, with ``grad``, dF/dH (n, T, T)."""
@@ -205,12 +212,12 @@ class GaussianObjective:
         (G,) = torch.autograd.grad(val, Hl)
         return float(val.detach()), G
 
-    def grad_S_of(self, G: torch.Tensor) -> torch.Tensor:
-        """Frobenius gradient on symmetric S of F(h(S)) given G = dF/dH (h_ab and h_ba are the same logit)."""
-        a, b = self._a, self._b
+    def pair_gradient(self, G: torch.Tensor) -> torch.Tensor:
+        """dF/dv for the K = T(T+1)/2 distinct logits of each sequence, flattened (n K,): h_ab and h_ba are the
+        same logit v_k, so the off-diagonal entries of G add up."""
+        a, b, _ = pairs(self.T)
         g = (G[:, a, b] + G[:, b, a]) * torch.as_tensor(np.where(a == b, 0.5, 1.0), dtype=G.dtype)
-        g = (g * self._c).reshape(-1)
-        return smat(torch.mv(self.B.T, g), self.d)
+        return g.reshape(-1)
 
     def data_only(self, S: torch.Tensor) -> float:
         return self.loss_of_logits(self.logits_all(S), grad=False)[0]
@@ -223,6 +230,25 @@ class GaussianObjective:
         """The full normalised objective F(S) (trace penalty for the factorised model, ridge for the direct one)."""
         pen = self.penalty_trace(S) if self.problem.student.model == "factorized" else self.penalty_ridge(S)
         return self.data_only(S) + float(pen)
+
+
+class GaussianObjective(DesignObjective):
+    """:class:`DesignObjective` on a :class:`GaussianDataset`: logits ``gaussian_logits(B, S)``."""
+
+    def __init__(self, problem: Problem, data: GaussianDataset):
+        self.B = torch.from_numpy(data.B)
+        self._setup(problem, data.d, data.y, data.T, self.B.dtype)
+        _, _, c = pairs(self.T)
+        self._c = torch.as_tensor(c / math.sqrt(self.d), dtype=self.B.dtype)
+
+    def logits_all(self, S: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return gaussian_logits(self.B, S, self.T)
+
+    def grad_S_of(self, G: torch.Tensor) -> torch.Tensor:
+        """Frobenius gradient on symmetric S of F(h(S)) given G = dF/dH (h_ab and h_ba are the same logit)."""
+        g = (self.pair_gradient(G).reshape(-1, self._c.numel()) * self._c).reshape(-1)
+        return smat(torch.mv(self.B.T, g), self.d)
 
 
 def train_gaussian(problem: Problem, data: GaussianDataset, seed: int = 0, **options) -> dict:

@@ -14,7 +14,7 @@ Between the AIM and the Gaussian design (:mod:`.gaussian_design`) it separates t
 AIM: the per-logit rank-one law (present here) and the sharing of tokens among a sequence's logits (absent here).
 docs/theory/finite_size.md ("Where the AIM's small-alpha excess sits") measures the split with
 :func:`rank_one_design_seed`. Training reuses :func:`.trainers.solve_prox` through the duck-typed
-:class:`RankOneObjective` (the interface of :class:`.gaussian_design.GaussianObjective`). Memory: 2 n K d float64
+:class:`RankOneObjective` (:class:`.gaussian_design.DesignObjective`). Memory: 2 n K d float64
 (the tokens), so any d the AIM reaches.
 """
 
@@ -28,10 +28,9 @@ import numpy as np
 import torch
 
 from ..design import logit_pairs as pairs
-from ..errors import ParameterError
 from ..problem import Problem
-from .gaussian_design import _Data, gaussian_test_errors, overlaps
-from .models import Objective, seq2lab_loss, sym
+from .gaussian_design import DesignData, DesignObjective, design_setup, gaussian_test_errors, overlaps
+from .models import sym
 from .sampler import rng_for, softmax_rows, symmetric_noise
 from .trainers import solve_prox
 
@@ -39,7 +38,7 @@ __all__ = ["RankOneDataset", "sample_rank_one_design", "rank_one_logits", "RankO
 
 
 @dataclass
-class RankOneDataset:
+class RankOneDataset(DesignData):
     """n sequences of the rank-one design. U, V: (n K, d) tokens of each logit (row mu K + k is pair k of
     sequence mu, order of :func:`..design.logit_pairs`; V = U on diagonal pairs); diag: (n K,) bool, the diagonal
     pairs; y, clean: (n, T, T) noisy and clean labels; S0 (d, d)."""
@@ -51,14 +50,6 @@ class RankOneDataset:
     clean: np.ndarray
     S0: np.ndarray
     T: int
-
-    @property
-    def d(self) -> int:
-        return self.S0.shape[0]
-
-    @property
-    def n(self) -> int:
-        return self.y.shape[0]
 
 
 def rank_one_logits(U, V, diag, S, T: int):
@@ -82,16 +73,7 @@ def rank_one_logits(U, V, diag, S, T: int):
 def sample_rank_one_design(problem: Problem, n: int, d: int, seed: int, S0: np.ndarray | None = None) -> RankOneDataset:
     """Sample n sequences of the rank-one design (seq2lab; see the module docstring)."""
     task = problem.task
-    if task.task != "seq2lab":
-        raise ParameterError("task", "the rank-one design is implemented for seq2lab only")
-    if isinstance(n, bool) or int(n) != n or n < 1:
-        raise ParameterError("n", f"must be a positive integer (got {n!r})")
-    if isinstance(d, bool) or int(d) != d or d < 2:
-        raise ParameterError("d", f"must be an integer >= 2 (got {d!r})")
-    n, d, T = int(n), int(d), task.tokens
-    if S0 is None:
-        S0 = task.target.sample(d, rng_for(int(seed), "target"))
-    S0 = np.asarray(S0, dtype=np.float64)
+    n, d, T, S0 = design_setup(problem, n, d, seed, S0, "rank-one")
     a, b, _ = pairs(T)
     K = a.size
     rtok, rxi, rout = (np.random.default_rng(int(s)) for s in rng_for(int(seed), "train").integers(0, 2**63 - 1, 3))
@@ -107,56 +89,24 @@ def sample_rank_one_design(problem: Problem, n: int, d: int, seed: int, S0: np.n
     return RankOneDataset(U=U, V=V, diag=diag, y=y, clean=softmax_rows(task.beta0 * h0), S0=S0, T=T)
 
 
-class RankOneObjective:
-    """F = [sum_mu ||y_mu - softmax_row(beta h_mu(S))||^2 + penalty]/d^2 on a :class:`RankOneDataset`, with the
-    interface :func:`.trainers.solve_prox` uses (``logits_all``, ``loss_of_logits``, ``grad_S_of``,
-    ``penalty_trace``, ``penalty_ridge``)."""
+class RankOneObjective(DesignObjective):
+    """:class:`.gaussian_design.DesignObjective` on a :class:`RankOneDataset`: logits :func:`rank_one_logits`."""
 
     def __init__(self, problem: Problem, data: RankOneDataset):
-        self.problem = problem
-        self.d, self.n, self.T = data.d, data.n, data.T
-        self.lam = problem.student.lam
-        self.beta = problem.student.beta
         self.U, self.V = torch.from_numpy(data.U), torch.from_numpy(data.V)
         self.diag = torch.from_numpy(data.diag.astype(np.float64))
-        self.y = torch.from_numpy(data.y)
-        self.data = _Data(self.U.dtype, self.U.device)
-        self._a, self._b, _ = pairs(self.T)
+        self._setup(problem, data.d, data.y, data.T, self.U.dtype)
 
     def logits_all(self, S: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return rank_one_logits(self.U, self.V, self.diag, S, self.T)
 
-    def loss_of_logits(self, H: torch.Tensor, grad: bool = True) -> tuple[float, torch.Tensor | None]:
-        """data sum / d^2 of all logits H (n, T, T) and, with ``grad``, dF/dH (n, T, T)."""
-        if not grad:
-            with torch.no_grad():
-                return float(seq2lab_loss(torch.softmax(self.beta * H, dim=-1), self.y)) / self.d**2, None
-        Hl = H.detach().requires_grad_(True)
-        val = seq2lab_loss(torch.softmax(self.beta * Hl, dim=-1), self.y) / self.d**2
-        (G,) = torch.autograd.grad(val, Hl)
-        return float(val.detach()), G
-
     def grad_S_of(self, G: torch.Tensor) -> torch.Tensor:
         """Frobenius gradient on symmetric S of F(h(S)) given G = dF/dH: sum_k g_k (u_k v_k^T + v_k u_k^T)/(2 sqrt d)
-        - (sum over diagonal k of g_k) I/sqrt(d), g_k = dF/dh_k (h_ab and h_ba are the same logit)."""
-        a, b = self._a, self._b
-        g = (G[:, a, b] + G[:, b, a]) * torch.as_tensor(np.where(a == b, 0.5, 1.0), dtype=G.dtype)
-        g = g.reshape(-1) / math.sqrt(self.d)
+        - (sum over diagonal k of g_k) I/sqrt(d), g_k = dF/dv_k."""
+        g = self.pair_gradient(G) / math.sqrt(self.d)
         M = (self.U * g[:, None]).T @ self.V
         return 0.5 * (M + M.T) - (g * self.diag).sum() * torch.eye(self.d, dtype=G.dtype)
-
-    def data_only(self, S: torch.Tensor) -> float:
-        return self.loss_of_logits(self.logits_all(S), grad=False)[0]
-
-    # the AIM objective's penalties (they read only lam and d)
-    penalty_trace = Objective.penalty_trace
-    penalty_ridge = Objective.penalty_ridge
-
-    def value(self, S: torch.Tensor) -> float:
-        """The full normalised objective F(S) (trace penalty for the factorised model, ridge for the direct one)."""
-        pen = self.penalty_trace(S) if self.problem.student.model == "factorized" else self.penalty_ridge(S)
-        return self.data_only(S) + float(pen)
 
 
 def rank_one_design_seed(problem: Problem, alpha: float, d: int, seed: int, n_test: int = 200_000,
