@@ -176,10 +176,12 @@ def test_driver_killed_with_sigkill_resumes_without_recomputing(tmp_path):
 
 
 def test_ctrl_c_stops_keeps_finished_cells_and_says_how_to_resume(tmp_path):
-    # cells of 0.8 s (2 workers: >= 4 s for the grid), so that the interrupt lands mid-sweep even when the store
-    # is polled slowly on a loaded machine (with 0.3 s cells a loaded run once finished all 10 before the signal)
+    # 12 cells of 1.2 s (2 workers: >= 7 s for the grid), so that the interrupt lands mid-sweep even when the store
+    # is polled slowly on a loaded machine (a loaded run once finished all 10 cells of 0.3 s, and once all 10 of
+    # 0.8 s, 4.5 s, before the signal)
+    n = 12
     spec_path = tmp_path / "grid.toml"
-    spec_path.write_text(_spec_text(10, 0.8))
+    spec_path.write_text(_spec_text(n, 1.2))
     store = Store(tmp_path / "s")
     proc = _cli(str(spec_path), "--out", str(store.root), "--workers", "2", "--no-progress")
     try:
@@ -191,13 +193,13 @@ def test_ctrl_c_stops_keeps_finished_cells_and_says_how_to_resume(tmp_path):
     assert proc.returncode == 130, err
     assert "run the same sweep again to resume" in err and str(spec_path) in err
     n_done = len(store.done_keys())
-    assert 1 <= n_done < 10
+    assert 1 <= n_done < n
     proc = _cli(str(spec_path), "--out", str(store.root), "--no-progress", "--json")
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert f"{n_done} skipped" in err
     rows = [json.loads(line) for line in out.splitlines()]
-    assert [r["alpha"] for r in rows] == [round(0.1 * (i + 1), 3) for i in range(10)]
+    assert [r["alpha"] for r in rows] == [round(0.1 * (i + 1), 3) for i in range(n)]
 
 
 @pytest.mark.parametrize(
