@@ -111,7 +111,7 @@ def parse_dimensions(text: str, name: str = "d") -> list[int]:
     if not values:
         raise ParameterError(name, "needs at least one value")
     for v in values:
-        check_dimension(v)
+        check_dimension(v, name)
     if len(set(values)) != len(values):
         raise ParameterError(name, f"dimensions must be distinct (got {text})")
     return values
