@@ -53,8 +53,10 @@ __all__ = [
     "gaussian_logits",
     "DesignObjective",
     "GaussianObjective",
+    "train_design",
     "train_gaussian",
     "gaussian_test_errors",
+    "design_seed_row",
     "gaussian_design_seed",
     "overlaps",
 ]
@@ -251,10 +253,9 @@ class GaussianObjective(DesignObjective):
         return smat(torch.mv(self.B.T, g), self.d)
 
 
-def train_gaussian(problem: Problem, data: GaussianDataset, seed: int = 0, **options) -> dict:
-    """Minimise F on the Gaussian design with :func:`.trainers.solve_prox` (``options``: its rtol, max_iter, ...).
+def train_design(problem: Problem, obj: DesignObjective, seed: int = 0, **options) -> dict:
+    """Minimise a control design's F with :func:`.trainers.solve_prox` (``options``: its rtol, max_iter, ...).
     Returns S_hat (numpy), objective, train_error (per sequence), steps, converged, message, seconds."""
-    obj = GaussianObjective(problem, data)
     t0 = time.perf_counter()
     sol = solve_prox(problem, obj, seed=seed, **options)
     seconds = time.perf_counter() - t0
@@ -266,6 +267,11 @@ def train_gaussian(problem: Problem, data: GaussianDataset, seed: int = 0, **opt
         "S_hat": S.numpy().astype(np.float64), "objective": F, "train_error": data_term * obj.d**2 / obj.n,
         "steps": int(sol.steps), "converged": converged, "message": sol.message, "seconds": seconds,
     }
+
+
+def train_gaussian(problem: Problem, data: GaussianDataset, seed: int = 0, **options) -> dict:
+    """:func:`train_design` on the Gaussian design."""
+    return train_design(problem, GaussianObjective(problem, data), seed=seed, **options)
 
 
 def gaussian_test_errors(
@@ -317,17 +323,22 @@ def overlaps(S_hat: np.ndarray, S0: np.ndarray) -> tuple[float, float, float]:
     return float((S_hat * S_hat).sum() / d), float((S_hat * S0).sum() / d), float((S0 * S0).sum() / d)
 
 
-def gaussian_design_seed(problem: Problem, alpha: float, d: int, seed: int, n_test: int = 200_000, **options) -> dict:
-    """One seed of the Gaussian-design ERM (n = round(alpha d^2)): test errors, MSE on S, objective/d^2, train
-    error, overlaps (q, m, Q0), steps, converged, seconds."""
-    n = max(1, int(round(alpha * d * d)))
-    data = sample_gaussian_design(problem, n, d, seed)
-    res = train_gaussian(problem, data, seed=seed, **options)
-    S0 = data.S0
-    del data
+def design_seed_row(problem: Problem, res: dict, S0: np.ndarray, seed: int, n_test: int) -> dict:
+    """The record of one trained control-design seed (``res`` from :func:`train_design`): objective/d^2, train
+    error, steps, converged, seconds, overlaps (q, m, Q0), MSE on S and the test errors under the Gaussian law of
+    (q, m, Q0) (:func:`gaussian_test_errors`)."""
     q, m, Q0 = overlaps(res["S_hat"], S0)
     row = {k: res[k] for k in ("objective", "train_error", "steps", "converged", "seconds")}
     row.update(q=q, m=m, Q0=Q0, mse=q - 2 * m + Q0)
     row.update(gaussian_test_errors(problem, q, m, Q0, seed, n_test))
     return row
 
+
+def gaussian_design_seed(problem: Problem, alpha: float, d: int, seed: int, n_test: int = 200_000, **options) -> dict:
+    """One seed of the Gaussian-design ERM (n = round(alpha d^2)): :func:`design_seed_row`."""
+    n = max(1, int(round(alpha * d * d)))
+    data = sample_gaussian_design(problem, n, d, seed)
+    res = train_gaussian(problem, data, seed=seed, **options)
+    S0 = data.S0
+    del data
+    return design_seed_row(problem, res, S0, seed, n_test)

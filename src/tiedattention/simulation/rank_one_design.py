@@ -13,15 +13,14 @@ and h_ab = x_a^T S x_b / sqrt(d) share x_a. Here each logit is a rank-one measur
 Between the AIM and the Gaussian design (:mod:`.gaussian_design`) it separates two finite-size features of the
 AIM: the per-logit rank-one law (present here) and the sharing of tokens among a sequence's logits (absent here).
 docs/theory/finite_size.md ("Where the AIM's small-alpha excess sits") measures the split with
-:func:`rank_one_design_seed`. Training reuses :func:`.trainers.solve_prox` through the duck-typed
-:class:`RankOneObjective` (:class:`.gaussian_design.DesignObjective`). Memory: 2 n K d float64
-(the tokens), so any d the AIM reaches.
+:func:`rank_one_design_seed`. Training reuses :func:`.trainers.solve_prox` (through
+:func:`.gaussian_design.train_design`) with the duck-typed :class:`RankOneObjective`
+(:class:`.gaussian_design.DesignObjective`). Memory: 2 n K d float64 (the tokens), so any d the AIM reaches.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,10 +28,8 @@ import torch
 
 from ..design import logit_pairs as pairs
 from ..problem import Problem
-from .gaussian_design import DesignData, DesignObjective, design_setup, gaussian_test_errors, overlaps
-from .models import sym
+from .gaussian_design import DesignData, DesignObjective, design_seed_row, design_setup, train_design
 from .sampler import rng_for, softmax_rows, symmetric_noise
-from .trainers import solve_prox
 
 __all__ = ["RankOneDataset", "sample_rank_one_design", "rank_one_logits", "RankOneObjective", "rank_one_design_seed"]
 
@@ -111,22 +108,10 @@ class RankOneObjective(DesignObjective):
 
 def rank_one_design_seed(problem: Problem, alpha: float, d: int, seed: int, n_test: int = 200_000,
                          **options) -> dict:
-    """One seed of the rank-one-design ERM (n = round(alpha d^2), :func:`.trainers.solve_prox` with ``options``):
-    objective/d^2, train error, overlaps (q, m, Q0), MSE on S and the test errors of the trained S_hat under the
-    Gaussian law of its (q, m, Q0) (:func:`.gaussian_design.gaussian_test_errors`: the training side only, the
-    score used to compare designs), steps, converged, seconds."""
+    """One seed of the rank-one-design ERM (n = round(alpha d^2), :func:`.gaussian_design.train_design` with
+    ``options``): :func:`.gaussian_design.design_seed_row`, whose test errors are those of the trained S_hat under
+    the Gaussian law of its (q, m, Q0): the training side only, the score used to compare designs."""
     n = max(1, int(round(alpha * d * d)))
     data = sample_rank_one_design(problem, n, d, seed)
-    obj = RankOneObjective(problem, data)
-    t0 = time.perf_counter()
-    sol = solve_prox(problem, obj, seed=seed, **options)
-    seconds = time.perf_counter() - t0
-    S = sym(sol.S.detach())
-    data_term, F = obj.data_only(S), obj.value(S)
-    S_hat = S.numpy().astype(np.float64)
-    q, m, Q0 = overlaps(S_hat, data.S0)
-    row = {"objective": F, "train_error": data_term * obj.d**2 / obj.n, "steps": int(sol.steps),
-           "converged": bool(sol.converged) and math.isfinite(F), "seconds": seconds,
-           "q": q, "m": m, "Q0": Q0, "mse": q - 2 * m + Q0}
-    row.update(gaussian_test_errors(problem, q, m, Q0, seed, n_test))
-    return row
+    res = train_design(problem, RankOneObjective(problem, data), seed=seed, **options)
+    return design_seed_row(problem, res, data.S0, seed, n_test)
