@@ -189,10 +189,10 @@ def simulate(
                 emit_json({k: v for k, v in rec.items() if k not in ("eigenvalues", "singular_values")})
             return rec
 
+        label = f"d={','.join(map(str, dims))}"
         records, shown = [], []
         err = Console(stderr=True)
         with Progress(console=err, transient=True) as bar:
-            label = f"d={dims[0]}" if len(dims) == 1 else f"d={','.join(map(str, dims))}"
             job = bar.add_task(f"{solver} {label}", total=len(alphas) * len(dims) * seeds)
             for a in alphas:
                 per_d = []
@@ -210,7 +210,7 @@ def simulate(
         if save_spectra_to is not None:
             save_spectra(save_spectra_to, records)
     if not json:
-        title = f"d={dims[0]}" if len(dims) == 1 else f"d={','.join(map(str, dims))} and the 1/d fit"
+        title = label if len(dims) == 1 else f"{label} and the 1/d fit"
         table = Table(title=f"simulation ({solver}, {title}, {seeds} seeds): {problem.task.target} "
                       f"Δ={problem.task.noise} λ={problem.student.lam}",
                       caption="test/clean: test error against noisy/clean labels; rank: fraction of eig > 1e-6 max"

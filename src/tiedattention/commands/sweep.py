@@ -73,13 +73,13 @@ def register(app: typer.Typer) -> None:
         with cli_errors():
             sweep_spec = load_spec(spec)
             check_output_dir(out, "out")
-            for route in sweep_spec.routes:  # unknown solver or [run] key: refused before the store exists
-                check_route(route, sweep_spec.settings)
             if workers is not None and workers < 1:
                 raise ParameterError("workers", f"must be >= 1 (got {workers})")
             if scheduler is not None and "://" not in scheduler:
                 raise ParameterError("scheduler", f"expected tcp://HOST:PORT (got {scheduler!r})")
-            if dry_run:
+            if dry_run:  # (a real run checks the routes in run_sweep, before the store exists)
+                for route in sweep_spec.routes:  # unknown solver or [run] key
+                    check_route(route, sweep_spec.settings)
                 store = Store(out, create=False)
                 done = store.done_keys() & set(sweep_spec.keys)
                 typer.echo(

@@ -323,15 +323,13 @@ def parse_spec(data: str | Mapping[str, Any], path: str | os.PathLike | None = N
     defaults = Problem.from_options().options()
     cells: list[Cell] = []
     seen: set[str] = set()
-    problems_checked: set[str] = set()
-    needs_d: dict[str, bool] = {}
+    needs_d: dict[str, bool] = {}  # per problem (its options' canonical JSON), validated once
     for combo in itertools.product(*(grid[n] for n in names)):
         point = dict(zip(names, combo, strict=True))
         options = {k: point.get(k, defaults[k]) for k in PROBLEM_OPTIONS}
         opt_key = canonical_json(options)
-        if opt_key not in problems_checked:  # combinations are validated too (cross-constraints)
+        if opt_key not in needs_d:  # combinations are validated too (cross-constraints)
             problem = problem_from_params(options)
-            problems_checked.add(opt_key)
             needs_d[opt_key] = problem.task.target.needs_d
             if needs_d[opt_key] and "theory" in routes and "d" not in point and "d" not in settings:
                 raise ParameterError("d", f"route theory needs d for target {problem.task.target} (its spectrum "
