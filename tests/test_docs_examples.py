@@ -1,0 +1,588 @@
+"""The documentation's examples are tests, so the docs cannot rot.
+
+1. Every documented ``tiedattention <cmd> ...`` command line (README.md, docs/user-guide/*.md, docs/gallery.md,
+   docs/theory/*.md; inside bash/sh/shell/console/untagged fences, and inline code spans) is checked statically
+   against the CLI: the sub-command exists, every ``--option`` is one of that sub-command's, a value converts to
+   the option's type (typer's own conversion), no extra positional arguments, a complete command (a fenced line
+   without placeholders) has its required options, and the values the code can check without computing are valid
+   (the shared problem options build a ``Problem``; ``reproduce NAME`` is a known figure). Nothing is run.
+2. Every ```python block of README.md and docs/user-guide/*.md is executed, each in a fresh namespace with cwd =
+   a tmp_path, one BLAS / torch thread. Markers, an HTML comment on the line just before the fence (invisible on
+   GitHub), several separated by commas:
+     ``<!-- docs-test: skip -->``      not run (only where it cannot run here, e.g. needs a Dask cluster);
+     ``<!-- docs-test: slow -->``      run under ``-m slow`` only (blocks that take more than a few seconds);
+     ``<!-- docs-test: continue -->``  a fragment: runs in the namespace (and cwd) left by the previous python
+                                       block of the same file, which it inherits skip/slow from;
+     ``<!-- docs-test: file NAME -->`` before a fence of another language (e.g. ```toml): its text is written
+                                       to NAME in the cwd before the python blocks of that file run.
+   Parametrised by (file, block index, first line); command lines by (file, line number).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+import re
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND_DOCS = sorted(
+    [ROOT / "README.md", ROOT / "docs" / "gallery.md"]
+    + list((ROOT / "docs" / "user-guide").glob("*.md"))
+    + list((ROOT / "docs" / "theory").glob("*.md"))
+)
+PYTHON_DOCS = sorted([ROOT / "README.md"] + list((ROOT / "docs" / "user-guide").glob("*.md")))
+SHELL_LANGS = {"", "bash", "sh", "shell", "console", "zsh"}
+MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$")
+FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+# --------------------------------------------------------------------------------------------- markdown
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int  # 1-based line of the opening fence
+    lang: str
+    lines: list[tuple[int, str]]  # (1-based line number, text) of the body
+    markers: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(t for _, t in self.lines) + "\n"
+
+
+def parse_markers(text: str) -> list[str]:
+    m = MARKER.match(text)
+    return [w.strip() for w in m.group(1).split(",") if w.strip()] if m else []
+
+
+def split_markdown(path: Path) -> tuple[list[Block], list[str]]:
+    """Fenced blocks of a markdown file, and its lines with the fenced lines blanked (for inline code spans)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks, prose = [], list(lines)
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence = m.group(2)
+        markers = parse_markers(lines[i - 1]) if i > 0 else []
+        body, j = [], i + 1
+        while j < len(lines) and not lines[j].strip().startswith(fence[0] * len(fence)):
+            body.append((j + 1, lines[j]))
+            j += 1
+        blocks.append(Block(path, i + 1, m.group(3).lower(), body, markers))
+        for k in range(i, min(j + 1, len(lines))):
+            prose[k] = ""
+        i = j + 1
+    return blocks, prose
+
+
+# --------------------------------------------------------------------------------------------- shell lines
+
+PLACEHOLDER = "__PLACEHOLDER__"
+SEPARATORS = {"|", "||", "&&", ";", "&", "|&"}
+REDIRECT = re.compile(r"^(\d*>>?|&>>?|\d*<|\d*>&\d*)(.*)$")
+ENV_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+PREFIX_WORDS = {"do", "then", "else", "time", "exec", "nohup", "command", "!", "{", "("}
+
+
+def shell_words(text: str) -> list[str]:
+    """Words of a shell line: `<placeholder>` -> PLACEHOLDER, `[--opt v]` optional groups unwrapped, `#` comments
+    dropped, separators (`;` `|` `&&` ...) as their own words (also a trailing `;` glued to a word)."""
+    text = re.sub(r"<[A-Za-z][^<>\n]*?[A-Za-z0-9.]>|<[A-Za-z]>", f" {PLACEHOLDER} ", text)
+    text = re.sub(r"\[(-[^\[\]]*)\]", r"\1", text)
+    lex = shlex.shlex(text, posix=True)
+    lex.whitespace_split = True
+    lex.commenters = "#"
+    try:
+        words = list(lex)
+    except ValueError:  # unbalanced quotes in a prose span: plain split, comment cut
+        words = text.split("#", 1)[0].split()
+    out = []
+    for w in words:
+        if w not in SEPARATORS and w.endswith(";"):
+            out += [w[:-1], ";"] if w[:-1] else [";"]
+        else:
+            out.append(w)
+    return out
+
+
+def invocations(text: str) -> list[list[str]]:
+    """The argument lists (after `tiedattention`) of every invocation of the command on one logical shell line:
+    split at separators, env-var prefixes and `do`/`then`/... skipped, any path to the executable accepted
+    (`.venv/bin/tiedattention`), redirections (`> f`, `2>&1`, `>f`) removed."""
+    found, segment = [], []
+    for w in shell_words(text) + [";"]:
+        if w in SEPARATORS:
+            seg = segment
+            segment = []
+            while seg and (seg[0] in PREFIX_WORDS or ENV_ASSIGN.match(seg[0])):
+                seg = seg[1:]
+            if not seg or seg[0].rsplit("/", 1)[-1] != "tiedattention":
+                continue
+            args, skip = [], False
+            for a in seg[1:]:
+                if skip:
+                    skip = False
+                    continue
+                r = REDIRECT.match(a)
+                if r and not a.startswith("-"):
+                    skip = r.group(2) == "" and not r.group(1).endswith(tuple("0123456789"))
+                    continue
+                args.append(a)
+            found.append(args)
+        else:
+            segment.append(w)
+    return found
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    path: Path
+    line: int
+    text: str
+    complete: bool  # a full command from a fenced block (required options must be there) vs an inline fragment
+
+    @property
+    def id(self) -> str:
+        return f"{rel(self.path)}:{self.line}"
+
+
+def logical_lines(block: Block) -> list[tuple[int, str]]:
+    """Shell lines of a block: prompts (`$ `) stripped, `\\` continuations joined; in a console block (or an
+    untagged block with prompts) only the prompted lines are commands, the rest is output."""
+    prompted = block.lang == "console" or any(t.lstrip().startswith("$ ") for _, t in block.lines)
+    out, buf, start = [], "", 0
+    for no, t in block.lines:
+        s = t.strip()
+        if not buf:
+            if prompted:
+                if not s.startswith("$ "):
+                    continue
+                s = s[2:]
+            start = no
+        if s.endswith("\\"):
+            buf += s[:-1] + " "
+            continue
+        out.append((start, buf + s))
+        buf = ""
+    if buf:
+        out.append((start, buf))
+    return out
+
+
+CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
+
+
+def collect_command_lines(paths=COMMAND_DOCS) -> list[CommandLine]:
+    found = []
+    for path in paths:
+        blocks, prose = split_markdown(path)
+        for b in blocks:
+            if b.lang in SHELL_LANGS:
+                for no, t in logical_lines(b):
+                    if invocations(t):
+                        found.append(CommandLine(path, no, t, complete=True))
+        text = "\n".join(prose)
+        for m in CODE_SPAN.finditer(text):
+            span = m.group(2)
+            if "\n\n" in span or not re.search(r"(^|[\s/])tiedattention\s+\S", span):
+                continue
+            span = " ".join(span.split())
+            if invocations(span):
+                found.append(CommandLine(path, text.count("\n", 0, m.start()) + 1, span, complete=False))
+    return found
+
+
+# --------------------------------------------------------------------------------------------- the checker
+
+
+def is_placeholder(value: str) -> bool:
+    """A value the docs leave to the reader: <...>, $VAR, ..., an all-caps name (N, D, FILE), a Greek letter."""
+    return (
+        PLACEHOLDER in value
+        or "$" in value
+        or "..." in value
+        or "…" in value
+        or bool(re.fullmatch(r"[A-Z][A-Z0-9_]*", value))
+        or any(ord(c) > 127 for c in value)
+    )
+
+
+def _usage_error(exc: BaseException) -> bool:
+    return any(c.__name__ == "UsageError" for c in type(exc).__mro__)
+
+
+class Checker:
+    """Checks one invocation's arguments against the click command typer builds from `tiedattention.cli.app`."""
+
+    def __init__(self) -> None:
+        import typer
+
+        from tiedattention.cli import app
+
+        self.group = typer.main.get_command(app)
+
+    def option_map(self, cmd) -> dict[str, object]:
+        opts = {}
+        for p in cmd.params:
+            if p.param_type_name == "option":
+                for o in [*p.opts, *p.secondary_opts]:
+                    opts[o] = p
+        return opts
+
+    def check(self, args: list[str], complete: bool = True) -> list[str]:
+        problems: list[str] = []
+        if not args or args[0] in ("--help", "-h"):
+            return problems
+        name = args[0]
+        if is_placeholder(name):
+            return problems
+        if name.startswith("-"):
+            return [f"`{name}` is not an option of `tiedattention` (it takes a sub-command first)"]
+        cmd = self.group.commands.get(name)
+        if cmd is None:
+            near = difflib.get_close_matches(name, list(self.group.commands), n=1)
+            hint = f" (did you mean `{near[0]}`?)" if near else ""
+            return [f"`tiedattention {name}`: no such sub-command{hint}; known: {', '.join(self.group.commands)}"]
+        opts = self.option_map(cmd)
+        arguments = [p for p in cmd.params if p.param_type_name == "argument"]
+        ctx = cmd.make_context(name, [], resilient_parsing=True)
+        given: dict[str, list[str]] = {}  # param name -> values (alternatives a|b|c split)
+        positionals: list[str] = []
+        placeholders = False
+        rest = args[1:]
+        i = 0
+        only_positional = False
+        while i < len(rest):
+            tok = rest[i]
+            i += 1
+            if only_positional or not tok.startswith("-") or re.fullmatch(r"-\d.*", tok) or tok == "-":
+                positionals.append(tok)
+                placeholders |= is_placeholder(tok)
+                continue
+            if tok == "--":
+                only_positional = True
+                continue
+            opt, eq, inline = tok.partition("=")
+            if opt in ("--help", "-h"):
+                continue
+            p = opts.get(opt)
+            if p is None:
+                near = difflib.get_close_matches(opt, [o for o in opts if o.startswith("--")], n=1)
+                hint = f" (did you mean `{near[0]}`?)" if near else ""
+                problems.append(f"`{opt}` is not an option of `tiedattention {name}`{hint}")
+                if not eq and i < len(rest) and not rest[i].startswith("-"):
+                    i += 1  # its value, most likely
+                continue
+            if p.is_flag or getattr(p, "count", False):
+                if eq:
+                    problems.append(f"`{opt}` is a flag of `tiedattention {name}` and takes no value")
+                continue
+            if eq:
+                value = inline
+            elif i < len(rest) and not (rest[i].startswith("--") and rest[i].split("=")[0] in opts):
+                value = rest[i]
+                i += 1
+            else:
+                problems.append(f"`{opt}` of `tiedattention {name}` needs a value")
+                continue
+            if is_placeholder(value):
+                placeholders = True
+                continue
+            alternatives = value.split("|") if "|" in value.strip("|") else [value]
+            for v in alternatives:
+                try:
+                    p.process_value(ctx, v)
+                except Exception as exc:
+                    if not _usage_error(exc):
+                        raise
+                    msg = getattr(exc, "message", None) or exc.format_message()
+                    problems.append(f"`{opt} {v}` of `tiedattention {name}`: {' '.join(str(msg).split())}")
+                    continue
+                given.setdefault(p.name, []).append(v)
+        n_args = sum(max(p.nargs, 1) for p in arguments if p.nargs != -1)
+        if len(positionals) > n_args and not any(p.nargs == -1 for p in arguments):
+            extra = " ".join(positionals[n_args:])
+            problems.append(f"`tiedattention {name}`: unexpected extra argument(s) `{extra}`")
+        if complete and not placeholders:
+            for p in cmd.params:
+                if p.required and p.param_type_name == "option" and p.name not in given:
+                    problems.append(f"`tiedattention {name}` misses its required option `{p.opts[0]}`")
+            if len(positionals) < sum(1 for p in arguments if p.required):
+                problems.append(f"`tiedattention {name}` misses its argument(s) "
+                                + " ".join(p.name.upper() for p in arguments))
+        problems += self.check_values(name, cmd, ctx, given, positionals)
+        return problems
+
+    def solvers(self) -> list[str] | None:
+        """The registered simulation solvers (as `simulate` sees them, gamp included); None without torch."""
+        try:
+            from tiedattention.amp import register
+            from tiedattention.simulation import SOLVERS
+        except ImportError:
+            return None
+        register()
+        return sorted(SOLVERS)
+
+    def check_values(self, name, cmd, ctx, given, positionals) -> list[str]:
+        """Values click cannot tell but the code can, without computing anything: the shared problem options
+        (each given value, with the other options at their defaults, must build a Problem) and the figure name."""
+        from tiedattention.cli_common import PROBLEM_OPTIONS
+        from tiedattention.errors import ParameterError
+        from tiedattention.problem import Problem
+
+        problems = []
+        names = {p.name for p in cmd.params}
+        params = {p.name: p for p in cmd.params}
+        if all(n in names for n, _, _ in PROBLEM_OPTIONS):
+            for key, values in given.items():
+                if key not in {n for n, _, _ in PROBLEM_OPTIONS}:
+                    continue
+                for v in values:
+                    if key == "target" and "file:" in v:
+                        continue  # the user's eigenvalue file
+                    try:
+                        Problem.from_options(**{key: params[key].process_value(ctx, v)})
+                    except ParameterError as exc:
+                        problems.append(f"`--{key.replace('_', '-')} {v}` of `tiedattention {name}`: {exc}")
+        for key, values in given.items():
+            for v in values:
+                try:
+                    if key == "lam_rule":
+                        from tiedattention.theory.scaling import parse_lam_rule
+
+                        parse_lam_rule(v)
+                    elif key == "solver":
+                        known = self.solvers()
+                        if known is not None and v not in known:
+                            raise ParameterError("solver", f"unknown solver {v!r} (known: {', '.join(known)})")
+                except ParameterError as exc:
+                    problems.append(f"`--{key.replace('_', '-')} {v}` of `tiedattention {name}`: {exc}")
+        if name == "reproduce" and positionals and not is_placeholder(positionals[0]) and positionals[0] != "all":
+            from tiedattention.reproduce import figure_module
+
+            try:
+                figure_module(positionals[0])
+            except ParameterError as exc:
+                problems.append(f"`tiedattention reproduce {positionals[0]}`: {exc}")
+        return problems
+
+
+@pytest.fixture(scope="module")
+def checker() -> Checker:
+    return Checker()
+
+
+COMMAND_LINES = collect_command_lines()
+
+
+def test_collected_enough_command_lines():
+    """Not vacuous: the docs hold dozens of command lines, in every collected kind of place."""
+    assert len(COMMAND_LINES) >= 30, [c.id for c in COMMAND_LINES]
+    assert any(c.complete for c in COMMAND_LINES) and any(not c.complete for c in COMMAND_LINES)
+    files = {c.path for c in COMMAND_LINES}
+    assert ROOT / "README.md" in files and ROOT / "docs" / "gallery.md" in files
+    assert any(p.parent.name == "theory" for p in files) and any(p.parent.name == "user-guide" for p in files)
+    commands = {args[0] for c in COMMAND_LINES for args in invocations(c.text) if args}
+    assert {"theory", "thresholds", "simulate", "sweep", "reproduce", "spectrum", "scaling", "decompose"} <= commands
+
+
+@pytest.mark.parametrize("cmdline", COMMAND_LINES, ids=[c.id for c in COMMAND_LINES])
+def test_documented_command_line(cmdline, checker):
+    problems = [p for args in invocations(cmdline.text) for p in checker.check(args, cmdline.complete)]
+    assert not problems, f"{cmdline.id}: {cmdline.text}\n  " + "\n  ".join(problems)
+
+
+def test_checker_reports_bad_lines(checker):
+    """The checker finds what it is there to find (a made-up line per kind of mistake), and passes good lines."""
+
+    def check(text, complete=True):
+        return [p for args in invocations(text) for p in checker.check(args, complete)]
+
+    bad = {
+        "tiedattention theory --alpha 0.5 --no-such-option 3": "`--no-such-option` is not an option",
+        "tiedattention theory --alpha 0.5 --seeds 4": "`--seeds` is not an option of `tiedattention theory`",
+        "tiedattention theroy --alpha 0.5": "did you mean `theory`",
+        "tiedattention thresholds --noise abc": "`--noise abc`",
+        "tiedattention theory --alpha 0.5 --tokens 2.5": "`--tokens 2.5`",
+        "tiedattention theory --alpha 0.5 --model factorized|diagonal": "`--model diagonal`",
+        "tiedattention theory --alpha 0.5 --target powrlaw:1.25": "unknown target",
+        "tiedattention reproduce fig11 --out out/": "unknown figure",
+        "tiedattention simulate --alpha 0.5 --solver sgd": "unknown solver 'sgd'",
+        "tiedattention scaling --lam-rule best": "`--lam-rule best`",
+        "tiedattention sweep a.toml b.toml --out out/": "unexpected extra argument",
+        "tiedattention sweep grid.toml": "required option `--out`",
+        "tiedattention simulate --d 40 --alpha 0.5 --json=yes": "takes no value",
+        # the option hides behind a continuation, an env prefix, a path, a pipe and a loop
+        "OPENBLAS_NUM_THREADS=1 .venv/bin/tiedattention simulate --alpha 0.5 --sedes 2 | head -3": "`--sedes`",
+        "for f in fig1 fig2; do tiedattention reproduce $f --quik --out out/; done": "`--quik`",
+    }
+    for text, expected in bad.items():
+        problems = check(text)
+        assert any(expected in p for p in problems), (text, problems)
+    good = [
+        "tiedattention theory --alpha 0.01:4:30 --lam 1e-4 --json > curve.jsonl   # 30 log-spaced α",
+        "TIEDATTENTION_SEEDS_400=24 tiedattention simulate --d 50,100 --alpha 0.5 --solver prox 2>&1 | tee log",
+        "tiedattention scaling --d N --route auto|fast|plain",
+        "tiedattention theory --alpha <that grid> --lam 0 --model factorized|direct",
+        "make demo && .venv/bin/tiedattention reproduce fig1 --quick --out out/demo",
+        "tiedattention sweep grid.toml --out out/grid --no-progress --dry-run",
+    ]
+    for text in good:
+        assert invocations(text) and not check(text), (text, check(text))
+    assert check("tiedattention theory --finite-d D", complete=False) == []  # a fragment: --alpha may be left out
+    # continuation lines of a fenced block are joined, prompts stripped, output lines of a console block ignored
+    block = Block(ROOT / "x.md", 1, "console", [(2, "$ tiedattention simulate --alpha 0.5 \\"), (3, "    --sedes 2"),
+                                                 (4, "tiedattention output --not-a-command")])
+    assert logical_lines(block) == [(2, "tiedattention simulate --alpha 0.5  --sedes 2")]
+
+
+# --------------------------------------------------------------------------------------------- python blocks
+
+
+@dataclass(frozen=True)
+class PyBlock:
+    path: Path
+    index: int  # among the python blocks of the file
+    block: Block
+    files: tuple[tuple[str, str], ...]  # (name, text) written to the cwd first (`docs-test: file NAME`)
+
+    @property
+    def first_line(self) -> str:
+        for _, t in self.block.lines:
+            if t.strip() and not t.strip().startswith("#"):
+                return t.strip()
+        return ""
+
+    @property
+    def id(self) -> str:
+        first = re.sub(r"[^A-Za-z0-9_.=(),:\"' -]", "", self.first_line)[:60]
+        return f"{rel(self.path)}#{self.index}:{first}"
+
+
+def collect_python_blocks(paths=PYTHON_DOCS) -> list[PyBlock]:
+    found = []
+    for path in paths:
+        blocks, _ = split_markdown(path)
+        files = []
+        for b in blocks:
+            for m in b.markers:
+                if m.startswith("file "):
+                    files.append((m[5:].strip(), b.text))
+        py = [b for b in blocks if b.lang in ("python", "py", "python3")]
+        found += [PyBlock(path, i, b, tuple(files)) for i, b in enumerate(py)]
+    return found
+
+
+PY_BLOCKS = collect_python_blocks()
+
+
+def continues(pb: PyBlock) -> PyBlock | None:
+    """The block `pb` continues: `continue` the previous python block of its file, `continue N` block N (0-based
+    among the file's python blocks)."""
+    for m in pb.block.markers:
+        words = m.split()
+        if words[0] == "continue":
+            index = int(words[1]) if len(words) > 1 else pb.index - 1
+            assert 0 <= index < pb.index, f"{pb.id}: `{m}` must name an earlier python block of the file"
+            return [b for b in PY_BLOCKS if b.path == pb.path][index]
+    return None
+
+
+def chain(pb: PyBlock) -> list[PyBlock]:
+    """The block and the ones it continues, first to last."""
+    out = [pb]
+    while (prev := continues(out[0])) is not None:
+        out.insert(0, prev)
+    return out
+
+
+def marks_of(pb: PyBlock) -> list:
+    markers = {m.split()[0] for b in chain(pb) for m in b.block.markers}
+    marks = []
+    if "skip" in markers:
+        marks.append(pytest.mark.skip(reason="docs-test: skip (cannot run here)"))
+    if "slow" in markers:
+        marks.append(pytest.mark.slow)
+    return marks
+
+
+def test_collected_enough_python_blocks():
+    assert len(PY_BLOCKS) >= 5, [b.id for b in PY_BLOCKS]
+    run = [b for b in PY_BLOCKS if "skip" not in {m for c in chain(b) for m in c.block.markers}]
+    assert len(run) >= 5, "most documented Python blocks must run"
+    assert any(b.path.name == "README.md" for b in run)
+    known = {"skip", "slow", "continue"}
+    for b in collect_python_blocks() + [x for p in PYTHON_DOCS for x in split_markdown(p)[0]]:
+        bl = b.block if isinstance(b, PyBlock) else b
+        bad = [m for m in bl.markers if not (m in known or re.fullmatch(r"continue \d+|file \S+", m))]
+        assert not bad, f"{rel(bl.path)}:{bl.line}: unknown docs-test marker(s) {bad}"
+
+
+@contextlib.contextmanager
+def one_thread():
+    """One BLAS / OpenMP / torch thread (the env for processes the block starts, e.g. sweep workers)."""
+    keys = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    old_env = {k: os.environ.get(k) for k in keys}
+    os.environ.update({k: "1" for k in keys})
+    torch = sys.modules.get("torch")
+    if torch is None:
+        with contextlib.suppress(ImportError):
+            import torch
+    old_threads = torch.get_num_threads() if torch is not None else None
+    if torch is not None:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        for k, v in old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if torch is not None:
+            torch.set_num_threads(old_threads)
+
+
+# the namespace (a copy) and cwd each block left, for the blocks that continue it
+_LEFT: dict[tuple[Path, int], tuple[dict, Path]] = {}
+
+
+@pytest.mark.parametrize("pb", [pytest.param(b, marks=marks_of(b), id=b.id) for b in PY_BLOCKS])
+def test_documented_python_block(pb, tmp_path, monkeypatch):
+    blocks = chain(pb)
+    start = 0
+    for k in range(len(blocks) - 1, 0, -1):  # resume after the last block of the chain that already ran
+        if (blocks[k - 1].path, blocks[k - 1].index) in _LEFT:
+            start = k
+            break
+    if start:
+        namespace, cwd = _LEFT[(blocks[start - 1].path, blocks[start - 1].index)]
+        namespace = dict(namespace)
+    else:  # a fresh namespace; a fragment first re-runs the blocks it continues
+        namespace, cwd = {"__name__": "__main__"}, tmp_path
+        for name, text in pb.files:
+            (cwd / name).write_text(text)
+    monkeypatch.chdir(cwd)
+    with one_thread():
+        for b in blocks[start:]:
+            t0 = time.perf_counter()
+            exec(compile("\n" * b.block.line + b.block.text, rel(b.path), "exec"), namespace)  # doc line numbers
+            print(f"{b.id}: {time.perf_counter() - t0:.1f} s")
+            _LEFT[(b.path, b.index)] = (dict(namespace), cwd)
