@@ -76,7 +76,7 @@ app = typer.Typer(
 
 # Commands are registered by the modules below; a module that is missing (an optional part not yet
 # installed) is simply not offered.
-_COMMANDS = ["theory", "thresholds", "simulate", "spectrum", "scaling", "decompose", "sweep", "reproduce"]
+_COMMANDS = ["theory", "thresholds", "simulate", "spectrum", "scaling", "decompose", "sweep", "reproduce", "phase"]
 for _name in _COMMANDS:
     try:
         _mod = importlib.import_module(f"tiedattention.commands.{_name}")

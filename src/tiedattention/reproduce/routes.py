@@ -27,7 +27,7 @@ def theory_curve(params: Mapping[str, Any]) -> dict[str, Any]:
     Each alpha starts from the previous converged point (and is retried cold if that fails), as in
     :meth:`StateEvolution.learning_curve`. A point whose solve raises is recorded as not converged with the
     exception in ``message`` instead of failing the whole curve. Optional ``qmc_log2`` and ``replicas`` set
-    the channel's quasi-Monte Carlo rule (used for T >= 3).
+    the channel's quasi-Monte Carlo rule (used for T >= 3); optional ``d`` the dimension of a list-based target.
     """
     from ..theory.api import record_of
     from ..theory.state_evolution import StateEvolution
@@ -35,7 +35,8 @@ def theory_curve(params: Mapping[str, Any]) -> dict[str, Any]:
     problem = problem_from_params(params)
     alphas = [float(a) for a in params["alphas"]]
     channel = {k: int(params[k]) for k in ("qmc_log2", "replicas") if k in params}
-    se = StateEvolution(problem, channel_options=channel or None)
+    d = params.get("d")  # only for targets whose theory depends on d (power law, spikes, file); not in other keys
+    se = StateEvolution(problem, d=None if d is None else int(d), channel_options=channel or None)
     records, prev = [], None
     with warnings.catch_warnings():
         # a point that does not converge says so in its record (converged: false); the figure leaves it out
