@@ -45,7 +45,7 @@ FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 
 
 def rel(path: Path) -> str:
-    return path.relative_to(ROOT).as_posix()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
 
 
 # --------------------------------------------------------------------------------------------- markdown
@@ -189,8 +189,19 @@ def logical_lines(block: Block) -> list[tuple[int, str]]:
 CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
 
 
+def sub_commands() -> list[str]:
+    import typer
+
+    from tiedattention.cli import app
+
+    return list(typer.main.get_command(app).commands)
+
+
 def collect_command_lines(paths=COMMAND_DOCS) -> list[CommandLine]:
+    """Command lines of shell fences, and inline code spans that invoke `tiedattention ...` (or name a sub-command
+    with options, `simulate --d 50,100 --theory`, read as `tiedattention simulate ...`: a fragment)."""
     found = []
+    subs = sub_commands()
     for path in paths:
         blocks, prose = split_markdown(path)
         for b in blocks:
@@ -201,9 +212,14 @@ def collect_command_lines(paths=COMMAND_DOCS) -> list[CommandLine]:
         text = "\n".join(prose)
         for m in CODE_SPAN.finditer(text):
             span = m.group(2)
-            if "\n\n" in span or not re.search(r"(^|[\s/])tiedattention\s+\S", span):
+            if "\n\n" in span:
                 continue
             span = " ".join(span.split())
+            words = span.split()
+            if len(words) > 1 and words[0] in subs and words[1].startswith("--"):
+                span = "tiedattention " + span
+            elif not re.search(r"(^|[\s/])tiedattention\s+\S", span):
+                continue
             if invocations(span):
                 found.append(CommandLine(path, text.count("\n", 0, m.start()) + 1, span, complete=False))
     return found
