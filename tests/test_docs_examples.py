@@ -509,28 +509,29 @@ def collect_python_blocks(paths=PYTHON_DOCS) -> list[PyBlock]:
 PY_BLOCKS = collect_python_blocks()
 
 
-def continues(pb: PyBlock) -> PyBlock | None:
+def continues(pb: PyBlock, blocks: list[PyBlock]) -> PyBlock | None:
     """The block `pb` continues: `continue` the previous python block of its file, `continue N` block N (0-based
-    among the file's python blocks)."""
+    among the file's python blocks); None if none (or a bad N, which test_markers_are_known reports)."""
     for m in pb.block.markers:
         words = m.split()
         if words[0] == "continue":
-            index = int(words[1]) if len(words) > 1 else pb.index - 1
-            assert 0 <= index < pb.index, f"{pb.id}: `{m}` must name an earlier python block of the file"
-            return [b for b in PY_BLOCKS if b.path == pb.path][index]
+            index = int(words[1]) if len(words) > 1 and words[1].isdigit() else pb.index - 1
+            same = [b for b in blocks if b.path == pb.path]
+            return same[index] if 0 <= index < pb.index else None
     return None
 
 
-def chain(pb: PyBlock) -> list[PyBlock]:
+def chain(pb: PyBlock, blocks: list[PyBlock] | None = None) -> list[PyBlock]:
     """The block and the ones it continues, first to last."""
     out = [pb]
-    while (prev := continues(out[0])) is not None:
+    while (prev := continues(out[0], blocks or PY_BLOCKS)) is not None:
         out.insert(0, prev)
     return out
 
 
-def marks_of(pb: PyBlock) -> list:
-    markers = {m.split()[0] for b in chain(pb) for m in b.block.markers}
+def marks_of(pb: PyBlock, blocks: list[PyBlock] | None = None) -> list:
+    """skip / slow of the block or of any block it continues."""
+    markers = {m.split()[0] for b in chain(pb, blocks) for m in b.block.markers}
     marks = []
     if "skip" in markers:
         marks.append(pytest.mark.skip(reason="docs-test: skip (cannot run here)"))
@@ -541,19 +542,32 @@ def marks_of(pb: PyBlock) -> list:
 
 def test_collected_enough_python_blocks():
     assert len(PY_BLOCKS) >= 5, [b.id for b in PY_BLOCKS]
-    run = [b for b in PY_BLOCKS if "skip" not in {m for c in chain(b) for m in c.block.markers}]
+    run = [b for b in PY_BLOCKS if not any(m.name == "skip" for m in marks_of(b))]
     assert len(run) >= 5, "most documented Python blocks must run"
     assert any(b.path.name == "README.md" for b in run)
-    known = {"skip", "slow", "continue"}
-    for b in collect_python_blocks() + [x for p in PYTHON_DOCS for x in split_markdown(p)[0]]:
-        bl = b.block if isinstance(b, PyBlock) else b
-        bad = [m for m in bl.markers if not (m in known or re.fullmatch(r"continue \d+|file \S+", m))]
-        assert not bad, f"{rel(bl.path)}:{bl.line}: unknown docs-test marker(s) {bad}"
+
+
+def test_markers_are_known():
+    """A misspelt marker would silently do nothing: every `docs-test:` comment before a fence must be one of
+    skip / slow / continue [N] (python blocks) or file NAME (any block), N an earlier python block."""
+    for path in sorted(set(PYTHON_DOCS) | set(COMMAND_DOCS)):
+        blocks, _ = split_markdown(path)
+        py = [b for b in blocks if b.lang in ("python", "py", "python3")]
+        for b in blocks:
+            where = f"{rel(path)}:{b.line}"
+            for m in b.markers:
+                if re.fullmatch(r"file [\w.-]+", m):
+                    continue
+                assert b in py and re.fullmatch(r"skip|slow|continue( \d+)?", m), f"{where}: unknown marker {m!r}"
+                if m.startswith("continue"):
+                    n = int(m.split()[1]) if " " in m else py.index(b) - 1
+                    assert 0 <= n < py.index(b), f"{where}: {m!r} does not name an earlier python block"
 
 
 @contextlib.contextmanager
 def one_thread():
-    """One BLAS / OpenMP / torch thread (the env for processes the block starts, e.g. sweep workers)."""
+    """One BLAS / OpenMP / torch thread (the env for processes the block starts, e.g. sweep workers; numpy in
+    this process keeps the threads it started with: run pytest with OPENBLAS_NUM_THREADS=1 for those)."""
     keys = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
     old_env = {k: os.environ.get(k) for k in keys}
     os.environ.update({k: "1" for k in keys})
@@ -576,29 +590,68 @@ def one_thread():
             torch.set_num_threads(old_threads)
 
 
-# the namespace (a copy) and cwd each block left, for the blocks that continue it
+def run_chain(pb: PyBlock, blocks: list[PyBlock], cwd: Path, chdir, left: dict) -> dict:
+    """Run `pb` (after the blocks it continues) and return its namespace. `left` maps (path, index) to the
+    namespace (a copy) and cwd a block left when it ran: a continuation resumes from there instead of re-running
+    its predecessors (then in their cwd)."""
+    todo = chain(pb, blocks)
+    start = 0
+    for k in range(len(todo) - 1, 0, -1):
+        if (todo[k - 1].path, todo[k - 1].index) in left:
+            start = k
+            break
+    if start:
+        namespace, cwd = left[(todo[start - 1].path, todo[start - 1].index)]
+        namespace = dict(namespace)
+    else:
+        namespace = {"__name__": "__main__"}
+        for name, text in pb.files:
+            (cwd / name).write_text(text)
+    chdir(cwd)
+    with one_thread():
+        for b in todo[start:]:
+            t0 = time.perf_counter()
+            exec(compile("\n" * b.block.line + b.block.text, rel(b.path), "exec"), namespace)  # doc line numbers
+            print(f"{b.id}: {time.perf_counter() - t0:.1f} s")
+            left[(b.path, b.index)] = (dict(namespace), cwd)
+    return namespace
+
+
 _LEFT: dict[tuple[Path, int], tuple[dict, Path]] = {}
 
 
 @pytest.mark.parametrize("pb", [pytest.param(b, marks=marks_of(b), id=b.id) for b in PY_BLOCKS])
 def test_documented_python_block(pb, tmp_path, monkeypatch):
-    blocks = chain(pb)
-    start = 0
-    for k in range(len(blocks) - 1, 0, -1):  # resume after the last block of the chain that already ran
-        if (blocks[k - 1].path, blocks[k - 1].index) in _LEFT:
-            start = k
-            break
-    if start:
-        namespace, cwd = _LEFT[(blocks[start - 1].path, blocks[start - 1].index)]
-        namespace = dict(namespace)
-    else:  # a fresh namespace; a fragment first re-runs the blocks it continues
-        namespace, cwd = {"__name__": "__main__"}, tmp_path
-        for name, text in pb.files:
-            (cwd / name).write_text(text)
-    monkeypatch.chdir(cwd)
-    with one_thread():
-        for b in blocks[start:]:
-            t0 = time.perf_counter()
-            exec(compile("\n" * b.block.line + b.block.text, rel(b.path), "exec"), namespace)  # doc line numbers
-            print(f"{b.id}: {time.perf_counter() - t0:.1f} s")
-            _LEFT[(b.path, b.index)] = (dict(namespace), cwd)
+    if "tiedattention.simulation" in "".join(b.block.text for b in chain(pb)):
+        pytest.importorskip("torch")  # the simulation extra
+    run_chain(pb, PY_BLOCKS, tmp_path, monkeypatch.chdir, _LEFT)
+
+
+def test_block_markers_and_chains(tmp_path, monkeypatch):
+    """The marker rules on a made-up page: continue / continue N chains, inherited skip and slow, file NAME."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nx = 1\n```\n"
+        "<!-- docs-test: continue -->\n```python\ny = x + 1\n```\n"
+        "<!-- docs-test: skip -->\n```python\nimport a_cluster_that_is_not_here\n```\n"
+        "<!-- docs-test: continue -->\n```python\nw = a_cluster_that_is_not_here\n```\n"
+        "<!-- docs-test: continue 0, slow -->\n```python\nz = open('data.txt').read() + str(x)\n```\n"
+        "<!-- docs-test: file data.txt -->\n```text\nhello\n```\n"
+    )
+    blocks = collect_python_blocks([page])
+    assert [b.block.markers for b in blocks] == [[], ["continue"], ["skip"], ["continue"], ["continue 0", "slow"]]
+    assert [[c.index for c in chain(b, blocks)] for b in blocks] == [[0], [0, 1], [2], [2, 3], [0, 4]]
+    assert [[m.name for m in marks_of(b, blocks)] for b in blocks] == [[], [], ["skip"], ["skip"], ["slow"]]
+    assert blocks[4].files == (("data.txt", "hello\n"),)
+    left: dict = {}
+    for k, want in ((1, {"x": 1, "y": 2}), (4, {"x": 1, "z": "hello\n1"})):  # re-run from scratch
+        (tmp_path / f"fresh{k}").mkdir()
+        ns = run_chain(blocks[k], blocks, tmp_path / f"fresh{k}", monkeypatch.chdir, {})
+        assert {n: ns[n] for n in want} == want and ("y" in ns) == (k == 1)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    run_chain(blocks[0], blocks, tmp_path / "a", monkeypatch.chdir, left)
+    ns = run_chain(blocks[4], blocks, tmp_path / "b", monkeypatch.chdir, left)  # resumes from block 0's namespace
+    assert ns["z"] == "hello\n1" and "y" not in ns and Path.cwd() == tmp_path / "a"
+    with pytest.raises(ModuleNotFoundError):
+        run_chain(blocks[3], blocks, tmp_path / "b", monkeypatch.chdir, {})
