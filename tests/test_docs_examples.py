@@ -5,7 +5,8 @@
    against the CLI: the sub-command exists, every ``--option`` is one of that sub-command's, a value converts to
    the option's type (typer's own conversion), no extra positional arguments, a complete command (a fenced line
    without placeholders) has its required options, and the values the code can check without computing are valid
-   (the shared problem options build a ``Problem``; ``reproduce NAME`` is a known figure). Nothing is run.
+   (the shared problem options build a ``Problem``; ``--alpha`` lists, ``simulate --d`` lists, ``--solver``,
+   ``--lam-rule`` parse; ``reproduce NAME`` is a known figure). Nothing is run.
 2. Every ```python block of README.md and docs/user-guide/*.md is executed, each in a fresh namespace with cwd =
    a tmp_path, one BLAS / torch thread. Markers, an HTML comment on the line just before the fence (invisible on
    GitHub), several separated by commas:
@@ -384,6 +385,14 @@ class Checker:
                         from tiedattention.theory.scaling import parse_lam_rule
 
                         parse_lam_rule(v)
+                    elif key == "alpha" and isinstance(params[key].process_value(ctx, v), str):  # a list
+                        from tiedattention.cli_common import parse_floats
+
+                        parse_floats(v, "alpha")
+                    elif key == "d" and name == "simulate":
+                        from tiedattention.cli_common import parse_dimensions
+
+                        parse_dimensions(v)
                     elif key == "solver":
                         known = self.solvers()
                         if known is not None and v not in known:
@@ -442,6 +451,8 @@ def test_checker_reports_bad_lines(checker):
         "tiedattention reproduce fig11 --out out/": "unknown figure",
         "tiedattention simulate --alpha 0.5 --solver sgd": "unknown solver 'sgd'",
         "tiedattention scaling --lam-rule best": "`--lam-rule best`",
+        "tiedattention theory --alpha 0.1:2": "`--alpha 0.1:2`",
+        "tiedattention simulate --alpha 0.5 --d 50,50": "dimensions must be distinct",
         "tiedattention sweep a.toml b.toml --out out/": "unexpected extra argument",
         "tiedattention sweep grid.toml": "required option `--out`",
         "tiedattention simulate --d 40 --alpha 0.5 --json=yes": "takes no value",
