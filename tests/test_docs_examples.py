@@ -6,7 +6,7 @@
    the option's type (typer's own conversion), no extra positional arguments, a complete command (a fenced line
    without placeholders) has its required options, and the values the code can check without computing are valid
    (the shared problem options build a ``Problem``; ``--alpha`` lists, ``simulate --d`` lists, ``--solver``,
-   ``--lam-rule`` parse; ``reproduce NAME`` is a known figure). Nothing is run.
+   ``--lam-rule``, ``phase --over / --quantity`` parse; ``reproduce NAME`` is a known figure). Nothing is run.
 2. Every ```python block of README.md and docs/user-guide/*.md is executed, each in a fresh namespace with cwd =
    a tmp_path, one BLAS / torch thread. Markers, an HTML comment on the line just before the fence (invisible on
    GitHub), several separated by commas:
@@ -393,6 +393,15 @@ class Checker:
                         from tiedattention.cli_common import parse_dimensions
 
                         parse_dimensions(v)
+                    elif key == "over" and name == "phase":
+                        from tiedattention.reproduce.phase import parse_over
+
+                        parse_over(v, Problem.from_options())
+                    elif key == "quantity" and name == "phase":
+                        from tiedattention.reproduce.phase import quantities
+
+                        if v not in quantities(rs_stability=True):
+                            raise ParameterError("quantity", f"unknown quantity {v!r}")
                     elif key == "solver":
                         known = self.solvers()
                         if known is not None and v not in known:
@@ -452,6 +461,8 @@ def test_checker_reports_bad_lines(checker):
         "tiedattention simulate --alpha 0.5 --solver sgd": "unknown solver 'sgd'",
         "tiedattention scaling --lam-rule best": "`--lam-rule best`",
         "tiedattention theory --alpha 0.1:2": "`--alpha 0.1:2`",
+        "tiedattention phase --alpha 0.1,1 --over lamda=0.1,1 --out p.png": "`--over lamda=0.1,1`",
+        "tiedattention phase --alpha 0.1,1 --over lam=0.1,1 --quantity test --out p.png": "`--quantity test`",
         "tiedattention simulate --alpha 0.5 --d 50,50": "dimensions must be distinct",
         "tiedattention sweep a.toml b.toml --out out/": "unexpected extra argument",
         "tiedattention sweep grid.toml": "required option `--out`",
