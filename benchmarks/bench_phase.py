@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 
 from tiedattention.cli_common import parse_floats
@@ -59,14 +60,18 @@ def main() -> None:
         bad_warm += sum(not r["converged"] for r in warm)
         bad_cold += sum(not r["converged"] for r in cold)
         row = {k: 0.0 for k in KEYS}
+        at = (math.nan, "", "")
         for w, c in zip(warm, cold, strict=True):
             if w["converged"] and c["converged"]:
-                for k in KEYS:
-                    row[k] = max(row[k], abs(w[k] - c[k]) / max(abs(c[k]), 1e-300))
+                diff = {k: abs(w[k] - c[k]) / max(abs(c[k]), 1e-300) for k in KEYS}
+                if max(diff.values()) > max(row.values()):
+                    at = (w["alpha"], w.get("quadrature", ""), c.get("quadrature", ""))
+                row = {k: max(row[k], diff[k]) for k in KEYS}
         for k in KEYS:
             worst[k] = max(worst[k], row[k])
         print(f"lambda = {lam:<10.4g} warm row {tw:7.2f} s   cold points {tc:7.2f} s   ratio {tc / tw:5.2f}   "
-              f"max rel diff {max(row.values()):.1e}", flush=True)
+              f"max rel diff {max(row.values()):.1e} (alpha {at[0]:.4g}, rule warm {at[1]} / cold {at[2]})",
+              flush=True)
     print(f"\nwarm-started rows: {t_warm:.1f} s; cold points: {t_cold:.1f} s; cold / warm = {t_cold / t_warm:.2f}")
     print("max relative difference over the grid: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()))
     print(f"not converged: warm {bad_warm}, cold {bad_cold} of {len(alphas) * len(lams)} points")

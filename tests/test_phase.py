@@ -150,6 +150,29 @@ def test_cli_over_noise_json_figure_parquet_and_thresholds(tmp_path):
     assert again.exit_code == 0 and json.loads(again.stdout.strip().splitlines()[-1])["computed"] == 0
 
 
+def test_not_converged_points_masked_counted_and_warned(lam_grid, monkeypatch, tmp_path):
+    """A point that did not converge is masked in the map, counted in the summary and named on stderr."""
+    import matplotlib.pyplot as plt
+
+    import tiedattention.reproduce.phase as phase_mod
+
+    df = lam_grid[0].copy()
+    df.attrs = {"summary": {**lam_grid[0].attrs["summary"], "converged": 8, "not_converged": 1}}
+    df.loc[(df["value"] == 0.1) & (df["alpha"] == 1.0), "converged"] = False
+    fig = draw_phase(df, "test_error")
+    mesh = fig.axes[0].collections[0].get_array()
+    assert np.ma.getmaskarray(mesh).sum() == 1
+    plt.close(fig)
+    monkeypatch.setattr(phase_mod, "phase_diagram", lambda *a, **k: df)
+    r = CliRunner().invoke(app, ["phase", "--alpha", "0.5,1,2", "--over", "lam=0.01,0.1,1", "--store",
+                                 str(tmp_path / "s"), "--json"])
+    assert r.exit_code == 0, r.output
+    warn = [x for x in r.stderr.splitlines() if x.startswith("warning:")]
+    assert len(warn) == 1 and "1 of 9 points did not converge" in warn[0] and "lam=0.1" in warn[0]
+    lines = [json.loads(x) for x in r.stdout.strip().splitlines()]
+    assert lines[-1]["not_converged"] == 1 and sum(not x["converged"] for x in lines[:-1]) == 1
+
+
 @pytest.mark.parametrize("args, name, words", [
     (["--over", "temperature=1,2"], "--over", "lam, noise"),
     (["--over", "lam=-1,0.1"], "--over", "lam"),
@@ -186,3 +209,21 @@ def test_rs_stability_fields_and_hatching(tmp_path):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+@pytest.mark.slow
+def test_lambda_zero_rows_leave_zero_at_the_noise_threshold(tmp_path):
+    """At lambda = 0 the train error of each noise row is exactly 0 below thresholds(...).interpolation_alpha at that
+    noise and positive above it (two routes: the SE rows on a grid around the threshold, the lambda -> 0+ closed
+    route of thresholds), so the row's train_zero_alpha lies in the grid interval that holds the threshold."""
+    alphas = [0.1, 0.125, 0.19, 0.24]
+    df = phase_diagram(Problem.from_options(lam=0.0), alphas, "noise", [0.25, 1.0], store=tmp_path / "s", workers=2,
+                       progress=False)
+    assert df["converged"].all()
+    for noise, g in df.groupby("value"):
+        th = g["interpolation_alpha"].iloc[0]
+        assert 0.125 < th < 0.19, (noise, th)
+        below, above = g[g["alpha"] < th], g[g["alpha"] > th]
+        assert (below["train_error"] == 0).all() and (below["phase"] == "interpolating").all()
+        assert (above["train_error"] > 1e-4).all()
+        assert 0.125 < g["train_zero_alpha"].iloc[0] < 0.19

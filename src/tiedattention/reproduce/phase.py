@@ -333,7 +333,7 @@ def draw_phase(df: pd.DataFrame, quantity: str = "test_error", contours: int = 5
     and the physics overlays (see the module docstring); points that did not converge are masked (grey), cells whose
     RS solution is unstable (``rs_stable`` false) hatched. Returns the matplotlib Figure."""
     from matplotlib.patches import Patch, Rectangle
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator, NullLocator
 
     plt = common.pyplot()
     over = str(df["over"].iloc[0])
@@ -379,10 +379,11 @@ def draw_phase(df: pd.DataFrame, quantity: str = "test_error", contours: int = 5
         th = rows[col].to_numpy(float)
         if not np.isfinite(th).any():
             continue
+        kw = {"color": "white", "label": label}
         if over == "lam":  # the lambda -> 0+ value does not depend on the row: the limit the bottom rows approach
-            h = ax.axvline(th[np.isfinite(th)][0], ls=style, color="white", lw=1.3, label=label)
+            h = ax.axvline(th[np.isfinite(th)][0], ls=style, lw=1.3, **kw)
         else:
-            (h,) = ax.plot(th, pos, style, color="white", lw=1.5, marker="|", ms=6, label=label)
+            (h,) = ax.plot(th, pos, style, lw=1.5, **kw)
         handles.append(h)
     if unstable.any():
         for i, j in zip(*np.nonzero(unstable), strict=True):
@@ -397,16 +398,20 @@ def draw_phase(df: pd.DataFrame, quantity: str = "test_error", contours: int = 5
         ax.set_yscale("log")
     ax.set_xlim(xe[0], xe[-1])
     ax.set_ylim(ye[0], ye[-1])
-    if zero_at is not None:
+    if len(values) <= 12:  # few rows: a tick at each row, labelled with its value
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.set_yticks(pos, [f"{v:g}" for v in values])
+    elif zero_at is not None:  # many: the axis's own ticks, and the zero row's
         ticks = [t for t in ax.get_yticks() if ye[0] <= t <= ye[-1] and t > zero_at * 1.5]
         ax.set_yticks([zero_at, *ticks], ["0", *[f"{t:g}" for t in ticks]])
+    if zero_at is not None:
         ax.axhline(math.sqrt(zero_at * values[values > 0][0]), color="k", lw=0.8)
     ax.set_xlabel("α = n/d²")
     ax.set_ylabel(f"{_SYMBOLS[over]} ({over})")
     ax.set_title(_title(df.iloc[0].to_dict(), over, quantity), fontsize=8.5)
     if handles:
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=7,
-                  frameon=False)
+                  facecolor="0.6", edgecolor="0.6", framealpha=1.0)  # grey: the white lines show
     fig.tight_layout()
     return fig
 
