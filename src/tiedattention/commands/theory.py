@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated
 
 import typer
@@ -105,24 +104,8 @@ def _error_cell(rec: dict) -> str:
 
 
 def _rs_fields(problem: Problem, rec: dict, d: int | None, channel_options: dict | None) -> dict:
-    """RS stability of one converged record: the regular AT value and the prox branch-switching fraction."""
-    from ..theory.stability import channel_options_for, prox_switching
-    from ..theory.stability import rs_stability as at_of
+    """RS stability of one converged record: the regular AT value and the prox branch-switching fraction
+    (theory.stability.rs_fields, shared with the phase diagrams)."""
+    from ..theory.stability import rs_fields
 
-    out = {"rs_at": None, "rs_at_error": None, "rs_switching": None, "rs_stable": None, "rs_message": ""}
-    if not rec["converged"] or not all(
-            isinstance(rec[k], float) and math.isfinite(rec[k]) for k in ("q", "m", "sigma")):
-        out["rs_message"] = "not computed (point not converged or not finite)"
-        return out
-    point = (rec["q"], rec["m"], rec["sigma"])
-    if channel_options is None:  # the rule the point was solved with (QMC past the interpolation peak)
-        channel_options = channel_options_for(rec.get("quadrature", ""))
-    s = at_of(problem, point, alpha=rec["alpha"], d=d, channel_options=channel_options)
-    sw = 0.0
-    if rec["q"] > 0 and problem.task.noise_out == 0:
-        sw = prox_switching(problem, point, alpha=rec["alpha"], samples=5000, d=d)["multi"]
-    out.update(rs_at=s.at if math.isfinite(s.at) else None, rs_at_error=s.error, rs_switching=sw,
-               rs_stable=bool(s.stable and sw == 0.0),
-               rs_message=s.message + ("; " if s.message and sw else "") +
-               (f"prox has several local minima for {100 * sw:.2f} % of the sequences: RS unstable" if sw else ""))
-    return out
+    return rs_fields(problem, rec, d, channel_options)

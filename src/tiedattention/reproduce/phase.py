@@ -126,15 +126,15 @@ def phase_row(params: dict[str, Any]) -> dict[str, Any]:
 
     out = theory_curve(params)
     if params.get("rs_stability"):
-        from ..commands.theory import _rs_fields
         from ..sweep.spec import problem_from_params
+        from ..theory.stability import rs_fields
 
         problem = problem_from_params(params)
         d = params.get("d")
         records = json.loads(out["records"])
         for rec in records:
             if "q" in rec:  # a point whose solve raised has no fixed point to check
-                rec.update(_rs_fields(problem, rec, None if d is None else int(d), None))
+                rec.update(rs_fields(problem, rec, None if d is None else int(d)))
             else:
                 rec.update({k: None for k in _RS_FIELDS}, rs_stable=None, rs_message="not computed (solve failed)")
         out["records"] = json.dumps(records)

@@ -57,6 +57,7 @@ __all__ = [
     "finite_d_d2",
     "interpolating_phase_at",
     "prox_switching",
+    "rs_fields",
 ]
 
 _GRADE_LEVELS = 44  # geometric grading of the panels next to the threshold (ratio 1/2): innermost 2^-44 of a panel
@@ -416,3 +417,27 @@ def prox_switching(problem: Problem, point, alpha: float | None = None, samples:
     return {"multi": p, "multi_error": math.sqrt(max(p * (1 - p), 1.0 / samples) / samples),
             "tie_density": float(near.mean() / tau), "dg2_tie": float(dg2[near].mean()) if near.any() else 0.0,
             "two_start_misses": float(np.mean(two > fb + 1e-10 * (1.0 + np.abs(fb)))), "samples": samples}
+
+
+def rs_fields(problem: Problem, rec: dict, d: int | None = None, channel_options: dict | None = None) -> dict:
+    """RS stability of one converged SE record (``theory --rs-stability``, the phase diagrams): the regular AT value
+    and the prox branch-switching fraction, as the fields rs_at, rs_at_error, rs_switching, rs_stable, rs_message
+    (all None, with a message, for a point that is not converged or not finite). ``channel_options`` None: the rule
+    the point was solved with (its ``quadrature``)."""
+    out = {"rs_at": None, "rs_at_error": None, "rs_switching": None, "rs_stable": None, "rs_message": ""}
+    if not rec["converged"] or not all(
+            isinstance(rec[k], float) and math.isfinite(rec[k]) for k in ("q", "m", "sigma")):
+        out["rs_message"] = "not computed (point not converged or not finite)"
+        return out
+    point = (rec["q"], rec["m"], rec["sigma"])
+    if channel_options is None:  # the rule the point was solved with (QMC past the interpolation peak)
+        channel_options = channel_options_for(rec.get("quadrature", ""))
+    s = rs_stability(problem, point, alpha=rec["alpha"], d=d, channel_options=channel_options)
+    sw = 0.0
+    if rec["q"] > 0 and problem.task.noise_out == 0:
+        sw = prox_switching(problem, point, alpha=rec["alpha"], samples=5000, d=d)["multi"]
+    out.update(rs_at=s.at if math.isfinite(s.at) else None, rs_at_error=s.error, rs_switching=sw,
+               rs_stable=bool(s.stable and sw == 0.0),
+               rs_message=s.message + ("; " if s.message and sw else "") +
+               (f"prox has several local minima for {100 * sw:.2f} % of the sequences: RS unstable" if sw else ""))
+    return out
