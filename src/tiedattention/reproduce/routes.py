@@ -1,7 +1,8 @@
 """Sweep routes used by the figures (``"tiedattention.reproduce.routes:<name>"``).
 
-* :func:`theory_curve` -- a whole warm-started SE learning curve (a list of alphas) as one cell: warm starts
-  along alpha make a curve several times cheaper than independent points;
+* :func:`theory_curve` -- a whole warm-started SE learning curve (a list of alphas) as one cell. Warm starts
+  keep a curve on one branch of solutions; they do not make it cheaper than independent cold points
+  (``benchmarks/bench_phase.py``: cold/warm 0.99-1.07 on two grids, docs/performance.md);
 * :func:`threshold_diagram` -- the lambda -> 0+ thresholds (alpha_bar units) over a list of kappa0.
 
 Both return the records as JSON text (``records``), which the store keeps as one string column.
