@@ -79,6 +79,24 @@ def with_theory(record: dict[str, Any], se: dict[str, Any], se_d: int | None = N
     return out
 
 
+def _write_figure(out: Path, problem: Problem, shown: list[dict[str, Any]], alphas: list[float], dims: list[int],
+                  theory: bool, err: Any) -> None:
+    """--out: the figure and its parquet from the records shown (per d and 1/d fits), with --theory the SE on a
+    dense log grid over the simulated α range (reproduce.curves)."""
+    from rich.progress import Progress
+
+    from ..reproduce.curves import SE_POINTS, draw_simulation, se_curves, simulation_table, write_outputs
+
+    curves = None
+    if theory:
+        n = SE_POINTS * (len(dims) if problem.task.target.needs_d else 1)
+        with Progress(console=err, transient=True) as bar:
+            job = bar.add_task("state evolution for the figure", total=n)
+            curves = se_curves(problem, alphas, dims, progress=lambda: bar.advance(job))
+    paths = write_outputs(simulation_table(shown, problem, curves), out, draw_simulation)
+    err.print(f"wrote {paths[0]} and {paths[1]}", markup=False, highlight=False)
+
+
 def save_spectra(path: Path, records: list[dict[str, Any]]) -> None:
     """Write eigenvalues of S_hat and singular values of W/(pd)^{1/4} per alpha and seed to ``path`` (.npz),
     atomically (:func:`..cli_common.atomic_write`: a temporary file in the same directory, then os.replace).
@@ -125,6 +143,10 @@ def simulate(
     theory: Annotated[bool, typer.Option("--theory", help="add the state evolution and the z-score of the "
                                          "simulated test error: d → ∞ for mp:K (also on the 1/d fit), the SE at "
                                          "each d for targets whose spectrum depends on d")] = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="also draw test and train error against α to this figure (.png, .pdf or .svg): mean ± s.e. "
+        "per d, the 1/d fit, and with --theory the SE on a dense α grid; the plotted data goes to the same name "
+        "with .parquet")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Train the student at finite d (seeds independent data sets per α) and report errors, MSE and rank.
@@ -149,6 +171,10 @@ def simulate(
         if device not in ("cpu", "cuda"):
             raise ParameterError("device", f"must be cpu or cuda (got {device!r})")
         check_output_file(save_spectra_to, "save-spectra")
+        if out is not None:
+            from ..reproduce.curves import check_out
+
+            check_out(out)
         if save_spectra_to is not None and len(dims) > 1:
             raise ParameterError("save-spectra", "writes one d at a time (got several --d)")
         if len(dims) > 1 and seeds < 2:
@@ -209,6 +235,8 @@ def simulate(
                     shown.append(emit(extrapolated_record(per_d)))
         if save_spectra_to is not None:
             save_spectra(save_spectra_to, records)
+        if out is not None:
+            _write_figure(out, problem, shown, alphas, dims, theory, err)
     if not json:
         title = label if len(dims) == 1 else f"{label} and the 1/d fit"
         table = Table(title=f"simulation ({solver}, {title}, {seeds} seeds): {problem.task.target} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -31,6 +32,9 @@ def theory(
     finite_d: Annotated[int | None, typer.Option(
         "--finite-d", help="add the finite-size SE at this dimension (the AIM's design-Gram correction, "
         "docs/theory/finite_size.md): fd_test_error, fd_train_error, fd_mse, ... (~1-2 min a point)")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="also draw the learning curve to this figure (.png, .pdf or .svg): errors, MSE and rank "
+        "against α with the λ → 0+ thresholds; the plotted data goes to the same name with .parquet")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Exact high-dimensional prediction (state evolution) along a list of α, warm-started."""
@@ -54,6 +58,10 @@ def theory(
             if order < 2:
                 raise ParameterError("order", f"must be >= 2 (got {order})")
             options["channel_options"] = {"order": order}
+        if out is not None:
+            from ..reproduce.curves import check_out
+
+            check_out(out)
         err = Console(stderr=True)
         with Progress(console=err, transient=True, disable=len(alphas) < 2) as bar:
             job = bar.add_task("state evolution", total=len(alphas))
@@ -71,6 +79,11 @@ def theory(
                 for rec in records:
                     rec.update(finite_size_fields(problem, rec, finite_d, se))
                     bar.advance(job)
+        if out is not None:
+            from ..reproduce.curves import draw_learning_curve, theory_table, write_outputs
+
+            paths = write_outputs(theory_table(records, problem, d), out, draw_learning_curve)
+            err.print(f"wrote {paths[0]} and {paths[1]}", markup=False, highlight=False)
     if json:
         for rec in records:
             emit_json(rec)
