@@ -242,3 +242,53 @@ def cli_errors() -> Iterator[None]:
         name = exc.param if exc.param.startswith("-") else "--" + exc.param.replace("_", "-")
         typer.echo(f"error: {name}: {exc.message}", err=True)
         raise typer.Exit(code=2) from None
+
+
+#: the figure formats a command's ``--out`` accepts, by suffix
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """A batch system's SIGTERM stops a store-backed run like Ctrl-C: finished cells stay, the rest is cancelled."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (e.g. called from a test runner thread)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def resumable(command: str, again: str | None = None, failed_cells: bool = True) -> Iterator[None]:
+    """Run a store-backed job (sweep, reproduce, phase) the same way in every command: SIGTERM acts as Ctrl-C; an
+    interrupt exits with status 130 and one line saying how to resume (``again``: the command to run again;
+    default "run the same command again"); with ``failed_cells``, a RuntimeError (cells that failed) exits with
+    status 1 and one line. Finished cells are in the store either way."""
+    from click.exceptions import Exit
+
+    from .sweep import SweepInterrupted
+
+    try:
+        with sigterm_as_interrupt():
+            yield
+    except SweepInterrupted as exc:
+        hint = f"same command: {again}" if again else "run the same command again to resume"
+        typer.echo(f"{command}: {exc} ({hint})", err=True)
+        raise typer.Exit(code=130) from None
+    except KeyboardInterrupt:  # before the first cell was submitted
+        typer.echo(f"{command}: interrupted; run the same command again to resume", err=True)
+        raise typer.Exit(code=130) from None
+    except RuntimeError as exc:
+        if isinstance(exc, Exit) or not failed_cells:  # (click's Exit is a RuntimeError)
+            raise
+        typer.echo(f"{command}: {exc}", err=True)
+        raise typer.Exit(code=1) from None

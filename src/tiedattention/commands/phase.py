@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from ..cli_common import (
+    FIGURE_SUFFIXES,
     JsonOpt,
     check_dimension,
     check_output_dir,
@@ -23,13 +24,11 @@ from ..cli_common import (
     emit_json,
     parse_floats,
     print_table,
+    resumable,
     with_problem,
 )
 from ..errors import ParameterError
 from ..problem import Problem
-
-#: the figure formats of ``--out``, by suffix
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 def register(app: typer.Typer) -> None:
@@ -66,8 +65,6 @@ def phase(
     import math
 
     from ..reproduce.phase import parse_over, phase_diagram, quantities, write_outputs
-    from ..sweep import SweepInterrupted
-    from .sweep import _sigterm_as_interrupt
 
     with cli_errors():
         alphas = sorted(set(parse_floats(alpha, "alpha")))
@@ -87,19 +84,9 @@ def phase(
         check_output_dir(store, "store")
         if workers is not None and workers < 1:
             raise ParameterError("workers", f"must be >= 1 (got {workers})")
-        try:  # (phase_diagram checks the rows' targets against --d before the store is created)
-            with _sigterm_as_interrupt():
-                df = phase_diagram(problem, alphas, name, values, d=d, rs_stability=rs_stability, store=store,
-                                   workers=workers, progress=progress, train_zero=train_zero)
-        except SweepInterrupted as exc:
-            typer.echo(f"phase: {exc} (run the same command again to resume)", err=True)
-            raise typer.Exit(code=130) from None
-        except KeyboardInterrupt:
-            typer.echo("phase: interrupted; run the same command again to resume", err=True)
-            raise typer.Exit(code=130) from None
-        except RuntimeError as exc:
-            typer.echo(f"phase: {exc}", err=True)
-            raise typer.Exit(code=1) from None
+        with resumable("phase"):  # (phase_diagram checks the rows' targets against --d before the store is created)
+            df = phase_diagram(problem, alphas, name, values, d=d, rs_stability=rs_stability, store=store,
+                               workers=workers, progress=progress, train_zero=train_zero)
     summary = dict(df.attrs["summary"], quantity=quantity)
     if summary["not_converged"]:
         bad = df[~df["converged"].astype(bool)]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import check_output_dir, cli_errors
+from ..cli_common import check_output_dir, cli_errors, resumable
 from ..errors import ParameterError
 
 
@@ -33,8 +33,6 @@ def register(app: typer.Typer) -> None:
         OUT/store. Figures: see docs/gallery.md."""
         from ..reproduce import FIGURES, figure_module
         from ..reproduce import reproduce as run_figure
-        from ..sweep import SweepInterrupted
-        from .sweep import _sigterm_as_interrupt
 
         with cli_errors():
             names = list(FIGURES) if name == "all" else [name]
@@ -45,18 +43,7 @@ def register(app: typer.Typer) -> None:
                 raise ParameterError("workers", f"must be >= 1 (got {workers})")
             if scheduler is not None and "://" not in scheduler:
                 raise ParameterError("scheduler", f"expected tcp://HOST:PORT (got {scheduler!r})")
-            try:
-                with _sigterm_as_interrupt():
-                    for n in names:
-                        run_figure(n, out, quick=quick, workers=workers, executor=scheduler or "local",
-                                   progress=progress)
-            except SweepInterrupted as exc:
-                again = f"tiedattention reproduce {name} --out {out}" + (" --quick" if quick else "")
-                typer.echo(f"reproduce: {exc} (same command: {again})", err=True)
-                raise typer.Exit(code=130) from None
-            except KeyboardInterrupt:
-                typer.echo("reproduce: interrupted; run the same command again to resume", err=True)
-                raise typer.Exit(code=130) from None
-            except RuntimeError as exc:
-                typer.echo(f"reproduce: {exc}", err=True)
-                raise typer.Exit(code=1) from None
+            again = f"tiedattention reproduce {name} --out {out}" + (" --quick" if quick else "")
+            with resumable("reproduce", again=again):
+                for n in names:
+                    run_figure(n, out, quick=quick, workers=workers, executor=scheduler or "local", progress=progress)

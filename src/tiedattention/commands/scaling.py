@@ -16,6 +16,7 @@ import numpy as np
 import typer
 
 from ..cli_common import (
+    FIGURE_SUFFIXES,
     Beta0Opt,
     BetaOpt,
     JsonOpt,
@@ -34,9 +35,6 @@ from ..cli_common import (
     problem_from_cli,
 )
 from ..errors import ParameterError
-
-#: the figure formats of ``--out``, by suffix
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 
 def register(app: typer.Typer) -> None:

@@ -2,34 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ..cli_common import JsonOpt, check_output_dir, cli_errors, emit_json
+from ..cli_common import JsonOpt, check_output_dir, cli_errors, emit_json, resumable
 from ..errors import ParameterError
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """A batch system's SIGTERM stops the sweep like Ctrl-C: finished cells stay, the rest is cancelled."""
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread (e.g. called from a test runner thread)
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def json_rows(table: Any) -> list[dict[str, Any]]:
@@ -67,7 +46,7 @@ def register(app: typer.Typer) -> None:
 
         Interrupted sweeps (Ctrl-C, kill, a crashed worker) resume with the same command.
         """
-        from ..sweep import Store, SweepInterrupted, load_spec, run_sweep
+        from ..sweep import Store, load_spec, run_sweep
         from ..sweep.routes import check_route
 
         with cli_errors():
@@ -88,18 +67,9 @@ def register(app: typer.Typer) -> None:
                     err=True,
                 )
                 return
-            try:
-                with _sigterm_as_interrupt():
-                    summary = run_sweep(
-                        sweep_spec, out, executor=scheduler or "local", max_workers=workers,
-                        progress=progress,
-                    )
-            except SweepInterrupted as exc:
-                typer.echo(f"sweep: {exc} (same command: tiedattention sweep {spec} --out {out})", err=True)
-                raise typer.Exit(code=130) from None
-            except KeyboardInterrupt:  # before the first cell was submitted
-                typer.echo("sweep: interrupted; run the same command again to resume", err=True)
-                raise typer.Exit(code=130) from None
+            with resumable("sweep", again=f"tiedattention sweep {spec} --out {out}", failed_cells=False):
+                summary = run_sweep(sweep_spec, out, executor=scheduler or "local", max_workers=workers,
+                                    progress=progress)
 
         typer.echo(f"sweep: {summary.line()} in {summary.seconds:.1f} s", err=True)
         for problem in summary.corrupt:
