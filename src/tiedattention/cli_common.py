@@ -183,14 +183,16 @@ def new_file_mode() -> int:
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Write ``path`` atomically: ``write(tmp)`` fills a temporary file in the same directory with the same
     suffix (so writers that pick a format from the suffix pick the right one), which gets the mode a new file
-    would get (:func:`new_file_mode`, not mkstemp's 0600) and is then renamed over ``path`` (os.replace). On any
-    error the temporary file is removed and ``path`` is left as it was."""
+    would get (:func:`new_file_mode`, not mkstemp's 0600), is flushed to disk and is then renamed over ``path``
+    (os.replace). On any error the temporary file is removed and ``path`` is left as it was."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
         write(Path(tmp))
         os.chmod(tmp, new_file_mode())
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -270,14 +268,9 @@ def caption(fig, text: str, y: float = -0.01) -> None:
 # output
 # --------------------------------------------------------------------------------------------------
 def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` then rename the temporary file over ``path`` (same directory)."""
+    """:func:`tiedattention.cli_common.atomic_write` (``write(tmp)``, fsync, rename over ``path``) into a
+    directory that is created first if missing."""
+    from ..cli_common import atomic_write as write_atomically
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".tmp-{path.stem}-{os.getpid()}-{uuid.uuid4().hex[:8]}{path.suffix}"
-    try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomically(path, write)
