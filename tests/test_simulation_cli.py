@@ -101,6 +101,20 @@ def test_help_is_unchanged_by_the_one_line_errors():
     assert res.stderr == ""
 
 
+def test_version_names_the_package_and_its_numerics():
+    import numpy
+    import scipy
+
+    import tiedattention
+
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0, res.output
+    line = res.stdout.strip()
+    assert line.startswith(f"tiedattention {tiedattention.__version__} (python ")
+    assert f"numpy {numpy.__version__}" in line and f"scipy {scipy.__version__}" in line and "torch " in line
+    assert res.stderr == ""
+
+
 def test_cuda_unavailable_is_a_clear_error():
     import torch
 

@@ -74,6 +74,36 @@ app = typer.Typer(
     cls=OneLineErrorsGroup,
 )
 
+def version_line() -> str:
+    """``tiedattention X (python X, numpy X, scipy X, torch X)``: what a bug report needs. Read from the installed
+    distributions' metadata, so it imports nothing heavy (torch: "not installed" where it is absent)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import __version__
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    deps = ", ".join(f"{n} {of(n)}" for n in ("numpy", "scipy", "torch"))
+    return f"tiedattention {__version__} (python {platform.python_version()}, {deps})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="print the version (and numpy, scipy, torch) and exit")) -> None:
+    """Exact high-dimensional theory and finite-size training of single-head tied attention."""
+
+
 # Commands are registered by the modules below; a module that is missing (an optional part not yet
 # installed) is simply not offered.
 _COMMANDS = ["theory", "thresholds", "simulate", "spectrum", "scaling", "decompose", "sweep", "reproduce", "phase"]
