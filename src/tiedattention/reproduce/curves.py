@@ -366,7 +366,8 @@ def draw_simulation(table: pd.DataFrame):
     head = f"simulation ({solver}, mean ± s.e. over {seeds} seeds)" if seeds else "simulation"
     notes = []
     if counts["sim"]:
-        notes.append(f"{counts['sim']} points with non-converged seeds (red x)")
+        notes.append(f"{counts['sim']} of {int((sim['panel'] == SIM_PANELS[0]).sum())} points with a seed that did "
+                     "not converge (red x)")
     if counts["se"]:
         notes.append(f"{counts['se']} SE points not converged")
     fig.suptitle(f"{head}{'; ' + ', '.join(notes) if notes else ''}\n{_problem_line(table)}", fontsize=8.5)
