@@ -196,8 +196,11 @@ def test_se_curves_one_per_d_where_the_spectrum_depends_on_d(monkeypatch):
     assert list(got) == [20, 30] and calls == [None, 20, 30]
     sim = [{"alpha": 0.5, "alpha_bar": 1.0, "d": 20, "seeds": 2, "solver": "prox", "converged": 0.5,
             "converged_all": False, "test_error_mean": 0.2, "test_error_sem": 0.01, "train_error_mean": 0.1,
-            "train_error_sem": 0.02}]
+            "train_error_sem": 0.02},
+           {"alpha": 0.5, "alpha_bar": 1.0, "d": None, "dims": [20, 30], "seeds": 2, "converged_all": False,
+            "test_error_mean": math.nan, "test_error_sem": math.nan, "train_error_mean": None, "train_error_sem": None}]
     table = curves.simulation_table(sim, Problem.from_options(target="powerlaw:1.25"), got)
+    assert table.loc[table["kind"] == "extrapolation", "y"].isna().all()
     se = table[table["kind"] == "theory"]
     assert set(se["series"]) == {"SE d=20", "SE d=30"} and set(se["d"]) == {20, 30}
     assert table.loc[table["kind"] == "simulation", "converged"].tolist() == [False, False]
@@ -205,7 +208,8 @@ def test_se_curves_one_per_d_where_the_spectrum_depends_on_d(monkeypatch):
 
     fig = curves.draw_simulation(table)  # a seed that did not converge: a red x over the point, counted
     try:
-        assert "1 of 1 points with a seed that did not converge" in fig._suptitle.get_text()
+        title = fig._suptitle.get_text()
+        assert "1 of 1 points with a seed that did not converge" in title and "2 values not finite" in title
     finally:
         plt.close(fig)
 

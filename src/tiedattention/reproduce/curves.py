@@ -219,6 +219,8 @@ def _problem_line(df: pd.DataFrame) -> str:
 def _line(ax, sub: pd.DataFrame, **kw: Any):
     """A theory line through the converged points of ``sub`` (a gap at the others); None if there are none."""
     sub = sub.sort_values("x")
+    if len(sub) < 8:  # a few points: show them (a single one would draw nothing)
+        kw = {"marker": "o", "ms": 3.0, **kw}
     ok = sub["converged"].fillna(False).to_numpy(bool)
     y = np.where(ok, sub["y"].to_numpy(float), np.nan)
     if not np.isfinite(y).any():
@@ -236,11 +238,12 @@ def _mark_not_converged(ax, xs: Sequence[float]):
     return h
 
 
-def _threshold_lines(ax, df: pd.DataFrame, label: bool):
+def _threshold_lines(ax, df: pd.DataFrame, label: bool, span: tuple[float, float]):
     styles = {"interpolation": "--", "perfect_recovery": ":"}
     handles = []
     for r in df[df["kind"] == "threshold"].itertuples(index=False):
-        lab = f"{_THRESHOLD_LABELS.get(r.series, r.series)}, λ → 0+: α = {r.x:.4g}" if label else None
+        where = "" if span[0] <= r.x <= span[1] else " (outside the α range)"
+        lab = f"{_THRESHOLD_LABELS.get(r.series, r.series)}, λ → 0+: α = {r.x:.4g}{where}" if label else None
         handles.append(ax.axvline(r.x, color="0.3", ls=styles.get(r.series, "-."), lw=1.1, label=lab, zorder=1))
     return handles
 
@@ -273,10 +276,11 @@ def draw_learning_curve(table: pd.DataFrame):
                       label=_LABELS[key], ls="-." if key == "rank" else "-")
             if h is not None:
                 handles.append(h)
+        span = (float(th["x"].min()), float(th["x"].max()))
         if panel == "errors":
-            handles += _threshold_lines(axis, table, label=True)
+            handles += _threshold_lines(axis, table, True, span)
         else:
-            _threshold_lines(axis, table, label=False)
+            _threshold_lines(axis, table, False, span)
         h = _mark_not_converged(axis, bad)
         if h is not None:
             h.set_label(f"not converged ({len(bad)}): left out")
@@ -294,7 +298,8 @@ def draw_learning_curve(table: pd.DataFrame):
             axis.set_ylabel("error")
         axis.legend(handles=handles, loc="best", fontsize=7)
     n_bad, n = len(bad), len(alphas)
-    status = f"{n} points, all converged" if n_bad == 0 else f"{n_bad} of {n} points not converged (red x)"
+    status = (f"{n} point{'s' if n > 1 else ''}, all converged" if n_bad == 0
+              else f"{n_bad} of {n} points not converged (red x)")
     dd = th["d"].dropna()
     where = "d → ∞" if dd.empty else f"spectrum at d = {int(dd.iloc[0])}"
     fig.suptitle(f"state evolution ({where}), λ → 0+ thresholds dashed/dotted; {status}\n{_problem_line(table)}",
@@ -316,7 +321,10 @@ def draw_simulation(table: pd.DataFrame):
     color = {d: cycle[i % len(cycle)] for i, d in enumerate(dims)}
     series = [f"d={d}" for d in dims] + ([EXTRAPOLATED_SERIES] if (sim["kind"] == "extrapolation").any() else [])
     shift = {s: 1.0 + 0.025 * (i - (len(series) - 1) / 2) for i, s in enumerate(series)}  # separate the bars
-    counts = {"sim": 0, "se": 0}
+    points = sim[(sim["panel"] == SIM_PANELS[0]) & (sim["kind"] == "simulation")]
+    n_bad = int((~points["converged"].fillna(True).to_numpy(bool)).sum())  # (alpha, d) with a seed not converged
+    n_se_bad = 0
+    missing = int((~np.isfinite(sim["y"].to_numpy(float))).sum())  # no finite value (failed seeds): not drawn
     for key, ax in zip(SIM_PANELS, axes, strict=True):
         data = table[table["panel"] == key]
         handles = []
@@ -340,19 +348,18 @@ def draw_simulation(table: pd.DataFrame):
                             capsize=2.5, elinewidth=1.0, color=c, mfc="white" if not fit else c, mew=1.2,
                             label=label, zorder=3)
             handles.append(h)
-            bad = sub[~sub["converged"].fillna(True).to_numpy(bool) & np.isfinite(sub["y"].to_numpy(float))]
-            if len(bad):
+            if not fit:
+                bad = sub[~sub["converged"].fillna(True).to_numpy(bool) & np.isfinite(sub["y"].to_numpy(float))]
                 ax.plot(bad["x"].to_numpy(float) * shift[s], bad["y"].to_numpy(float), "x", color="red", ms=8,
                         mew=1.8, zorder=4, linestyle="none")
-                counts["sim"] += len(bad) if key == SIM_PANELS[0] else 0
         h = _mark_not_converged(ax, bad_se.to_numpy(float))
         if h is not None:
             h.set_label(f"SE not converged ({len(bad_se)}): left out")
             handles.append(h)
-            counts["se"] = max(counts["se"], len(bad_se))
-        if counts["sim"] and key == SIM_PANELS[0]:
+            n_se_bad = max(n_se_bad, len(bad_se))
+        if n_bad:
             (h,) = ax.plot([], [], "x", color="red", ms=8, mew=1.8, linestyle="none",
-                           label=f"a seed did not converge ({counts['sim']})")
+                           label=f"a seed did not converge ({n_bad} of {len(points)} points)")
             handles.append(h)
         ax.set_xscale("log")
         _xlim(ax, data["x"].to_numpy(float))
@@ -365,11 +372,12 @@ def draw_simulation(table: pd.DataFrame):
     solver = first.get("solver") if "solver" in table.columns else None
     head = f"simulation ({solver}, mean ± s.e. over {seeds} seeds)" if seeds else "simulation"
     notes = []
-    if counts["sim"]:
-        notes.append(f"{counts['sim']} of {int((sim['panel'] == SIM_PANELS[0]).sum())} points with a seed that did "
-                     "not converge (red x)")
-    if counts["se"]:
-        notes.append(f"{counts['se']} SE points not converged")
+    if n_bad:
+        notes.append(f"{n_bad} of {len(points)} points with a seed that did not converge (red x)")
+    if missing:
+        notes.append(f"{missing} values not finite (not drawn)")
+    if n_se_bad:
+        notes.append(f"{n_se_bad} SE points not converged")
     fig.suptitle(f"{head}{'; ' + ', '.join(notes) if notes else ''}\n{_problem_line(table)}", fontsize=8.5)
     fig.tight_layout()
     return fig
