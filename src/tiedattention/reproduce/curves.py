@@ -37,12 +37,10 @@ from ..problem import Problem
 from . import common
 
 __all__ = [
-    "FIGURE_SUFFIXES", "SE_POINTS", "check_out", "threshold_alphas", "theory_table", "se_grid", "se_curves",
+    "SE_POINTS", "check_out", "threshold_alphas", "theory_table", "se_grid", "se_curves",
     "simulation_table", "draw_learning_curve", "draw_simulation", "write_outputs",
 ]
 
-#: the figure formats of ``--out``, by suffix
-FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 #: points of the state-evolution curve drawn behind simulations (``simulate --theory --out``)
 SE_POINTS = 40
 #: theory panels and their series (record fields)
@@ -61,9 +59,9 @@ _OPTION_COLUMNS = ("target", "noise", "noise_out", "lam", "tokens", "beta", "bet
 # --------------------------------------------------------------------------------------------------
 def check_out(out: Path | str | None) -> None:
     """The checks of ``--out`` before anything is computed: an existing directory, a figure suffix
-    (:data:`FIGURE_SUFFIXES`), neither the figure nor its ``.parquet`` a directory, and matplotlib importable.
-    ParameterError("out") otherwise."""
-    from ..cli_common import check_output_file
+    (:data:`tiedattention.cli_common.FIGURE_SUFFIXES`), neither the figure nor its ``.parquet`` a directory, and
+    matplotlib importable. ParameterError("out") otherwise."""
+    from ..cli_common import FIGURE_SUFFIXES, check_output_file
 
     if out is None:
         return
@@ -79,9 +77,9 @@ def check_out(out: Path | str | None) -> None:
 def threshold_alphas(problem: Problem, d: int | None = None) -> dict[str, Any]:
     """The lambda -> 0+ thresholds of ``problem`` in alpha units (:func:`tiedattention.theory.thresholds.thresholds`):
     ``interpolation`` and ``perfect_recovery`` (of the problem's model; NaN where there is none), and ``message``."""
-    from .phase import _thresholds_of
+    from .phase import threshold_record
 
-    th = _thresholds_of(problem, d)
+    th = threshold_record(problem, d)
     return {"interpolation": float(th["interpolation_alpha"]), "perfect_recovery": float(th["perfect_recovery_alpha"]),
             "message": th["threshold_message"]}
 
@@ -113,9 +111,9 @@ def theory_table(records: Sequence[dict[str, Any]], problem: Problem, d: int | N
     """The tidy table of a learning curve (see the module docstring) from ``theory``'s records; ``thresholds`` as
     :func:`threshold_alphas` returns them (computed here when None). ``d`` is recorded (and used for the
     thresholds) only where the target's theory depends on it (power law, spikes, eigenvalue files)."""
-    from .phase import _row_d
+    from .phase import theory_dimension
 
-    d = _row_d(problem, d)
+    d = theory_dimension(problem, d)
     if thresholds is None:
         thresholds = threshold_alphas(problem, d)
     rows: list[dict[str, Any]] = []

@@ -45,7 +45,8 @@ from . import common
 
 __all__ = [
     "OVER_NAMES", "PHASE_ROW", "TRAIN_ZERO", "phase_diagram", "phase_cells", "phase_row", "quantities",
-    "check_over", "parse_over", "train_zero_alpha", "draw_phase", "summary_of",
+    "check_over", "parse_over", "train_zero_alpha", "draw_phase", "summary_of", "theory_dimension",
+    "threshold_record",
 ]
 
 #: the problem options a phase diagram can run over (its second axis)
@@ -141,7 +142,7 @@ def phase_row(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _row_d(problem: Problem, d: int | None) -> int | None:
+def theory_dimension(problem: Problem, d: int | None) -> int | None:
     """``d`` where the target's theory depends on it (power law, spikes, eigenvalue files), else None."""
     tgt = problem.task.target
     if d is not None and (tgt.needs_d or tgt.spec.startswith("file:")):
@@ -161,7 +162,7 @@ def phase_cells(problem: Problem, alphas: Sequence[float], over: str, values: Se
             from ..sweep.spec import _normalise_target
 
             params["target"], params["target_sha256"] = _normalise_target(row.task.target.spec)
-        rd = _row_d(row, d)
+        rd = theory_dimension(row, d)
         if rd is not None:
             params["d"] = rd
         if rs_stability:
@@ -188,7 +189,10 @@ def train_zero_alpha(alphas: Sequence[float], train_errors: Sequence[float], lev
     return math.exp(math.log(a0) + t * (math.log(a1) - math.log(a0)))
 
 
-def _thresholds_of(problem: Problem, d: int | None) -> dict[str, Any]:
+def threshold_record(problem: Problem, d: int | None) -> dict[str, Any]:
+    """The lambda -> 0+ thresholds of ``problem`` in alpha units: ``interpolation_alpha``,
+    ``perfect_recovery_alpha`` (of the problem's model; NaN where there is none) and ``threshold_message``; a
+    failure of :func:`~tiedattention.theory.thresholds.thresholds` gives NaNs and the reason, not an error."""
     from ..theory.thresholds import thresholds
 
     try:
@@ -226,7 +230,7 @@ def phase_diagram(problem: Problem, alphas: Sequence[float], over: str, values: 
     if not (math.isfinite(train_zero) and train_zero > 0):
         raise ParameterError("train-zero", f"must be > 0 (got {train_zero})")
     for v in values:  # a target that needs d says so here, before any store exists
-        problem.with_options(**{over: v}).task.target.measure(_row_d(problem, d))
+        problem.with_options(**{over: v}).task.target.measure(theory_dimension(problem, d))
     cells = phase_cells(problem, alphas, over, values, d=d, rs_stability=rs_stability)
     spec = common.spec_of(f"phase-{over}", cells)
     temporary = tempfile.TemporaryDirectory(prefix="tiedattention-phase-") if store is None else None
@@ -261,7 +265,7 @@ def _tidy(table: pd.DataFrame, cells: list[Cell], problem: Problem, over: str, v
         te = np.where(df["converged"].astype(bool), df.get("train_error", np.nan), np.nan).astype(float)
         tkey = json.dumps({k: x for k, x in opts.items() if k != "lam"}, sort_keys=True)  # lambda -> 0+: no lam
         if tkey not in thresholds_cache:
-            thresholds_cache[tkey] = _thresholds_of(row_problem, _row_d(row_problem, d))
+            thresholds_cache[tkey] = threshold_record(row_problem, theory_dimension(row_problem, d))
         df.insert(0, "over", over)
         df.insert(1, "value", float(v))
         for k, val in opts.items():
