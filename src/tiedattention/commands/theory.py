@@ -7,9 +7,20 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, parse_floats, print_table, with_problem
+from ..cli_common import (
+    PROBLEM_OPTIONS,
+    JsonOpt,
+    check_dimension,
+    cli_errors,
+    emit_json,
+    parse_floats,
+    print_table,
+    with_problem,
+)
 from ..errors import ParameterError
 from ..problem import Problem
+
+LAM_DEFAULT = {name: default for name, _, default in PROBLEM_OPTIONS}["lam"]  # warned about with --optimal-lam
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +46,12 @@ def theory(
     out: Annotated[Path | None, typer.Option(
         "--out", help="also draw the learning curve to this figure (.png, .pdf or .svg): errors, MSE and rank "
         "against α with the λ → 0+ thresholds; the plotted data goes to the same name with .parquet")] = None,
+    optimal_lam: Annotated[bool, typer.Option(
+        "--optimal-lam", help="each α at its own optimal λ (minimum of the SE test error over --lam-range: scan, then "
+        "Brent in log λ); --lam is ignored (a warning if set). Adds lam_opt, lam_converged, ... "
+        "(docs/user-guide/theory.md, Optimal regularisation)")] = False,
+    lam_range: Annotated[str, typer.Option(
+        "--lam-range", help="with --optimal-lam: the λ range searched, lo:hi")] = "1e-5:10",
     json: JsonOpt = False,
 ) -> None:
     """Exact high-dimensional prediction (state evolution) along a list of α, warm-started."""
@@ -43,6 +60,7 @@ def theory(
     from rich.table import Table
 
     from ..theory.api import theory_records
+    from ..theory.optimal import parse_lam_range
 
     with cli_errors():
         alphas = sorted(parse_floats(alpha, "alpha"))
@@ -53,6 +71,7 @@ def theory(
             raise ParameterError("tol", f"must be > 0 (got {tol})")
         if not accuracy > 0:
             raise ParameterError("accuracy", f"must be > 0 (got {accuracy})")
+        lam_bounds = parse_lam_range(lam_range)
         options = {"tol": tol, "accuracy": accuracy}
         if order is not None:
             if order < 2:
@@ -63,12 +82,22 @@ def theory(
 
             check_out(out)
         err = Console(stderr=True)
-        with Progress(console=err, transient=True, disable=len(alphas) < 2) as bar:
-            job = bar.add_task("state evolution", total=len(alphas))
-            records = theory_records(problem, alphas, d=d, progress=lambda: bar.advance(job), **options)
+        if optimal_lam and problem.student.lam != LAM_DEFAULT:
+            typer.echo(f"warning: --lam {problem.student.lam:g} is ignored with --optimal-lam (each α gets its own "
+                       "optimal λ)", err=True)
+        with Progress(console=err, transient=True, disable=len(alphas) < 2 and not optimal_lam) as bar:
+            if optimal_lam:
+                from ..theory.optimal import optimal_curve
+
+                job = bar.add_task("optimal λ (state evolution)", total=len(alphas))
+                records = optimal_curve(problem, alphas, d=d, lam_range=lam_bounds,
+                                        progress=lambda: bar.advance(job), **options)
+            else:
+                job = bar.add_task("state evolution", total=len(alphas))
+                records = theory_records(problem, alphas, d=d, progress=lambda: bar.advance(job), **options)
         if rs_stability:
             for rec in records:
-                rec.update(_rs_fields(problem, rec, d, options.get("channel_options")))
+                rec.update(_rs_fields(_at(problem, rec), rec, d, options.get("channel_options")))
         if finite_d is not None:
             from ..theory.finite_size import finite_size_fields
             from ..theory.state_evolution import StateEvolution
@@ -77,7 +106,9 @@ def theory(
             with Progress(console=err, transient=True) as bar:
                 job = bar.add_task(f"finite-size SE (d = {finite_d})", total=len(records))
                 for rec in records:
-                    rec.update(finite_size_fields(problem, rec, finite_d, se))
+                    if optimal_lam:  # the record's own lambda, and its solver
+                        se = StateEvolution(_at(problem, rec), d=d, **options)
+                    rec.update(finite_size_fields(_at(problem, rec), rec, finite_d, se))
                     bar.advance(job)
         if out is not None:
             from ..reproduce.curves import draw_learning_curve, theory_table, write_outputs
@@ -89,8 +120,10 @@ def theory(
             emit_json(rec)
         return
     o = problem.options()
-    table = Table(title=f"state evolution: {o['target']} Δ={o['noise']} λ={o['lam']} T={o['tokens']}")
-    cols = ("α", "ᾱ", "test error", "±", "test (clean)", "train error", "MSE on S", "rank", "conv", "s")
+    lam_title = "λ optimal per α" if optimal_lam else f"λ={o['lam']}"
+    table = Table(title=f"state evolution: {o['target']} Δ={o['noise']} {lam_title} T={o['tokens']}")
+    cols = ("α", "ᾱ") + (("λ_opt",) if optimal_lam else ()) + (
+        "test error", "±", "test (clean)", "train error", "MSE on S", "rank", "conv", "s")
     for col in cols + (("AT", "switch %") if rs_stability else ()) + ((f"test (d={finite_d})",) if finite_d else ()):
         table.add_column(col, justify="right")
     for r in records:
@@ -98,16 +131,35 @@ def theory(
                   f"{100 * r['rs_switching']:.2f}" if r.get('rs_switching') is not None else "-")
                  if rs_stability else ())
         table.add_row(
-            f"{r['alpha']:.4g}", f"{r['alpha_bar']:.4g}", f"{r['test_error']:.6f}", _error_cell(r),
+            f"{r['alpha']:.4g}", f"{r['alpha_bar']:.4g}", *((_lam_cell(r),) if optimal_lam else ()),
+            f"{r['test_error']:.6f}", _error_cell(r),
             f"{r['test_error_clean']:.6f}",
             f"{r['train_error']:.6f}", f"{r['mse']:.6f}", f"{r['rank']:.4f}", "yes" if r["converged"] else "NO",
-            f"{r['seconds']:.2f}",
+            f"{r['lam_seconds'] if optimal_lam else r['seconds']:.2f}",
             *extra,
             *((f"{r['fd_test_error']:.6f}" if r.get("fd_test_error") is not None else "-",) if finite_d else ()),
         )
     print_table(table)
+    if optimal_lam:
+        for r in records:
+            if not r["lam_converged"]:
+                typer.echo(f"note: α = {r['alpha']:.4g}: {r['lam_message']}", err=True)
     if not all(r["converged"] and r.get("fd_converged") is not False for r in records):
         raise typer.Exit(code=1)
+
+
+def _at(problem: Problem, rec: dict) -> Problem:
+    """The problem at the record's own λ (theory --optimal-lam; the problem itself otherwise or where none)."""
+    lam = rec.get("lam")
+    return problem if lam is None else problem.replace_student(lam=float(lam))
+
+
+def _lam_cell(rec: dict) -> str:
+    """λ_opt, marked "*" at an end of --lam-range and "?" where otherwise not bracketed and refined."""
+    if rec.get("lam_opt") is None:
+        return "-"
+    mark = ("*" if rec["lam_opt_at_boundary"] else "?") if not rec["lam_converged"] else ""
+    return f"{rec['lam_opt']:.4g}{mark}"
 
 
 def _error_cell(rec: dict) -> str:

@@ -110,7 +110,9 @@ def theory_table(records: Sequence[dict[str, Any]], problem: Problem, d: int | N
                  thresholds: dict[str, Any] | None = None) -> pd.DataFrame:
     """The tidy table of a learning curve (see the module docstring) from ``theory``'s records; ``thresholds`` as
     :func:`threshold_alphas` returns them (computed here when None). ``d`` is recorded (and used for the
-    thresholds) only where the target's theory depends on it (power law, spikes, eigenvalue files)."""
+    thresholds) only where the target's theory depends on it (power law, spikes, eigenvalue files). Records of
+    ``theory --optimal-lam`` (with ``lam_opt``): the ``lam`` column is each alpha's own optimum and the column
+    ``lam_optimal`` is True (the figure's title then says "λ optimal per α")."""
     from .phase import theory_dimension
 
     d = theory_dimension(problem, d)
@@ -132,6 +134,10 @@ def theory_table(records: Sequence[dict[str, Any]], problem: Problem, d: int | N
     df = _finish(rows, problem)
     if "message" in df.columns:
         df["message"] = df["message"].fillna("").astype(str)
+    if any("lam_opt" in r for r in records):  # theory --optimal-lam: each alpha's own lambda (NaN: none found)
+        lam_of = {float(r["alpha"]): _num(r.get("lam_opt")) for r in records}
+        df["lam"] = [lam_of[x] if k == "theory" else math.nan for x, k in zip(df["x"], df["kind"], strict=True)]
+        df["lam_optimal"] = True
     return df
 
 
@@ -204,7 +210,8 @@ def _pyplot():
 
 def _problem_line(df: pd.DataFrame) -> str:
     o = df.iloc[0]
-    parts = [str(o["target"]), f"Δ = {o['noise']:g}", f"λ = {o['lam']:g}", f"T = {int(o['tokens'])}"]
+    lam = "λ optimal per α" if bool(o.get("lam_optimal", False)) else f"λ = {o['lam']:g}"
+    parts = [str(o["target"]), f"Δ = {o['noise']:g}", lam, f"T = {int(o['tokens'])}"]
     if o["noise_out"]:
         parts.append(f"Δ_out = {o['noise_out']:g}")
     for k, sym in (("beta", "β"), ("beta0", "β0"), ("kappa", "κ")):
