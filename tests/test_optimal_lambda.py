@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -128,6 +129,71 @@ def test_no_converged_lambda_is_reported_not_a_silent_nan(monkeypatch):
     assert rec["test_error_scan"] == [None] * 3 and rec["lam_scan_phase"] == ["failed"] * 3
     assert "no lambda in [0.01, 1] gave a converged regular SE point" in rec["lam_message"]
     assert rec["lam_evaluations"] == 3
+
+
+class _Fake(optimal._Search):
+    """The search on an analytic test error f(log lambda); lambdas in ``bad`` do not converge."""
+
+    def __init__(self, f, bad=()):
+        self.f, self.bad, self.results, self.evaluations = f, bad, {}, 0
+
+    def solve(self, lam):
+        if lam not in self.results:
+            self.evaluations += 1
+            ok = not any(math.isclose(lam, b, rel_tol=1e-9) for b in self.bad)
+            self.results[lam] = SimpleNamespace(converged=ok, phase="regular", residual=0.0,
+                                                test_error=self.f(math.log(lam)) if ok else math.nan)
+        return self.results[lam]
+
+
+def _search(f, bad=(), lam_range=(1e-5, 10.0), grid=13):
+    found = optimal._optimise(_Fake(f, bad), lam_range, lam_range, grid, 0.01)
+    return found
+
+
+def test_search_logic_on_analytic_curves():
+    """The scan + Brent logic on known curves (no SE): an interior minimum, two minima, both boundaries, a minimum
+    between the range's end and the next scan point, and a non-converged neighbour of the best scan point."""
+    lm = math.log
+    found = _search(lambda x: (x - lm(0.05)) ** 2 + 0.1)
+    assert found["lam_converged"] and not found["lam_opt_at_boundary"] and found["lam_message"] == ""
+    assert abs(lm(found["lam_opt"] / 0.05)) < 0.01 and found["lam_scan_local_minima"] == 1
+    # two basins: the deeper one (at 0.1) wins over the one at 1e-4 that a local search from below would find
+    found = _search(lambda x: min((x - lm(1e-4)) ** 2 + 0.2, (x - lm(0.1)) ** 2 + 0.1))
+    assert found["lam_converged"] and abs(lm(found["lam_opt"] / 0.1)) < 0.01
+    assert found["lam_scan_local_minima"] == 2 and "2 local minima" in found["lam_message"]
+    found = _search(lambda x: x)  # increasing: lambda -> 0+
+    assert found["lam_opt"] == 1e-5 and found["lam_opt_at_boundary"] and not found["lam_converged"]
+    assert "lower end" in found["lam_message"]
+    found = _search(lambda x: -x)  # decreasing: the upper end
+    assert found["lam_opt"] == 10.0 and found["lam_opt_at_boundary"] and "upper end" in found["lam_message"]
+    found = _search(lambda x: (x - lm(1e-5) - 0.4) ** 2)  # inside the first scan interval (step 1.15)
+    assert found["lam_converged"] and not found["lam_opt_at_boundary"]
+    assert abs(lm(found["lam_opt"] / 1e-5) - 0.4) < 0.01
+    lams = list(np.geomspace(1e-5, 10, 13))
+    found = _search(lambda x: (x - lm(0.05)) ** 2, bad=[lams[8]])  # best scan point 0.0316, its neighbour 0.1 fails
+    assert not found["lam_converged"] and "did not converge" in found["lam_message"]
+    assert found["lam_scan_phase"][8] == "not converged" and found["test_error_scan"][8] is None
+
+
+def test_curve_falls_back_to_the_full_scan_where_the_narrow_one_does_not_bracket(monkeypatch):
+    """Analytic optima per alpha (no SE): 1e-3 at alpha 1, then a jump by three decades to 1 (beyond the narrow
+    scan's decade: the full scan follows and finds it), then 1.5 (the narrow scan suffices)."""
+    centre = {1.0: 1e-3, 2.0: 1.0, 3.0: 1.5}
+
+    def search(problem, alpha, d, options):
+        return _Fake(lambda x: (x - math.log(centre[alpha])) ** 2 + 0.1)
+
+    monkeypatch.setattr(optimal, "_Search", search)
+    monkeypatch.setattr(optimal, "theory_record", lambda problem, alpha, d=None, **o: {
+        "alpha": alpha, "converged": True, "phase": "regular",
+        "test_error": (math.log(problem.student.lam / centre[alpha])) ** 2 + 0.1})
+    recs = optimal_curve(P, [1.0, 2.0, 3.0])
+    assert [r["lam_scan_kind"] for r in recs] == ["full", "full (narrow scan not bracketed)", "narrow"]
+    for r in recs:
+        assert r["lam_converged"] and abs(math.log(r["lam_opt"] / centre[r["alpha"]])) < 0.01
+    assert recs[1]["lam_evaluations"] > recs[0]["lam_evaluations"] > recs[2]["lam_evaluations"]
+    assert len(recs[1]["lam_scan"]) == optimal.GRID and len(recs[2]["lam_scan"]) == optimal.NARROW_GRID
 
 
 def test_local_minima_count_and_lam_range_checks():

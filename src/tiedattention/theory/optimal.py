@@ -198,22 +198,24 @@ def _optimise(search: _Search, lam_range: tuple[float, float], scan_range: tuple
     # the optimum: the lowest evaluated point (scan or refinement; ties: the smaller lambda)
     finite = [(search.value(lam), lam) for lam in sorted(search.results) if math.isfinite(search.value(lam))]
     best, lam_opt = min(finite)
-    at_lo = lam_opt == lo or math.log(lam_opt / lo) <= 2 * xatol
-    at_hi = lam_opt == hi or math.log(hi / lam_opt) <= 2 * xatol
-    at_boundary = (at_lo or at_hi) and i in (0, len(lams) - 1)
-    converged = refined is not None and bool(refined.success) and not at_boundary
+    # bracketed: the optimum strictly inside [a, b], below both ends, which converged (a zero-phase end counts as
+    # higher: its test error is that of uniform attention)
+    ends_converged = search.results[a].converged and search.results[b].converged
+    bracketed = a < lam_opt < b and best < search.value(a) and best < search.value(b) and ends_converged
+    converged = bracketed and refined is not None and bool(refined.success)
+    at_lo = a == lo and math.log(lam_opt / lo) <= 2 * xatol
+    at_hi = b == hi and math.log(hi / lam_opt) <= 2 * xatol
+    at_boundary = not bracketed and (at_lo or at_hi)
     if at_boundary:
         end, way = ("lower", "decreases as lambda -> 0+") if at_lo else ("upper", "decreases as lambda grows")
         notes.insert(0, f"optimum at the {end} end of lam_range (lambda = {lo if at_lo else hi:g}): the test error "
                         f"still {way}, the optimum lies outside the range (widen lam_range)")
-    elif i in (0, len(lams) - 1):  # the best point is an end of a narrow scan, and the true optimum beyond it
-        converged = False
-        notes.insert(0, f"best scan point at the end of the scanned range [{scan_range[0]:g}, {scan_range[1]:g}]: "
-                        "not bracketed")
-    elif not (results[i - 1].converged and results[i + 1].converged):
-        converged = False
+    elif not bracketed and not ends_converged:
         notes.insert(0, "a neighbour of the best scan point did not converge: the minimum may lie beyond it "
                         "(not bracketed)")
+    elif not bracketed:  # the best point is an end of a narrow scan, and the true optimum beyond it
+        notes.insert(0, f"best scan point at the end of the scanned range [{scan_range[0]:g}, {scan_range[1]:g}]: "
+                        "not bracketed")
     if refined is not None and not refined.success:
         notes.append(f"refinement: {refined.message}")
     out.update(lam_opt=float(lam_opt), lam_opt_at_boundary=bool(at_boundary), lam_converged=bool(converged),
