@@ -207,9 +207,13 @@ def _optimise(search: _Search, lam_range: tuple[float, float], scan_range: tuple
     at_hi = b == hi and math.log(hi / lam_opt) <= 2 * xatol
     at_boundary = not bracketed and (at_lo or at_hi)
     if at_boundary:
-        end, way = ("lower", "decreases as lambda -> 0+") if at_lo else ("upper", "decreases as lambda grows")
-        notes.insert(0, f"optimum at the {end} end of lam_range (lambda = {lo if at_lo else hi:g}): the test error "
-                        f"still {way}, the optimum lies outside the range (widen lam_range)")
+        end, way = ("lower", "smaller") if at_lo else ("upper", "larger")
+        note = (f"optimum at the {end} end of lam_range (lambda = {lo if at_lo else hi:g}): the test error still "
+                f"decreases towards {way} lambda, the optimum lies outside the range (widen lam_range)")
+        task = getattr(getattr(search, "problem", None), "task", None)
+        if at_lo and task is not None and task.noise == 0 and task.noise_out == 0:
+            note += "; a noiseless problem past perfect recovery wants lambda -> 0+"
+        notes.insert(0, note)
     elif not bracketed and not ends_converged:
         notes.insert(0, "a neighbour of the best scan point did not converge: the minimum may lie beyond it "
                         "(not bracketed)")
