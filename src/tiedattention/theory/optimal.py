@@ -210,9 +210,8 @@ def _optimise(search: _Search, lam_range: tuple[float, float], scan_range: tuple
         end, way = ("lower", "smaller") if at_lo else ("upper", "larger")
         note = (f"optimum at the {end} end of lam_range (lambda = {lo if at_lo else hi:g}): the test error still "
                 f"decreases towards {way} lambda, the optimum lies outside the range (widen lam_range)")
-        task = getattr(getattr(search, "problem", None), "task", None)
-        if at_lo and task is not None and task.noise == 0 and task.noise_out == 0:
-            note += "; a noiseless problem past perfect recovery wants lambda -> 0+"
+        if at_lo:
+            note += "; lambda -> 0+ may be optimal (e.g. noiseless problems past perfect recovery)"
         notes.insert(0, note)
     elif not bracketed and not ends_converged:
         notes.insert(0, "a neighbour of the best scan point did not converge: the minimum may lie beyond it "
