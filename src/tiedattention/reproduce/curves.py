@@ -38,7 +38,7 @@ from . import common
 
 __all__ = [
     "SE_POINTS", "check_out", "threshold_alphas", "theory_table", "se_grid", "se_curves",
-    "simulation_table", "draw_learning_curve", "draw_simulation", "write_outputs",
+    "simulation_table", "draw_learning_curve", "draw_simulation", "write_outputs", "write_figure_and_table",
 ]
 
 #: points of the state-evolution curve drawn behind simulations (``simulate --theory --out``)
@@ -392,19 +392,25 @@ def draw_simulation(table: pd.DataFrame):
 # output
 # --------------------------------------------------------------------------------------------------
 def write_outputs(table: pd.DataFrame, out: str | Path, draw: Callable[[pd.DataFrame], Any]) -> list[Path]:
-    """The figure ``draw(table)`` at ``out`` (format from its suffix) and ``table`` as ``out`` with suffix .parquet,
-    each written atomically (:func:`tiedattention.cli_common.atomic_write`). Returns both paths."""
+    """The figure ``draw(table)`` at ``out`` (format from its suffix) and ``table`` as ``out`` with suffix .parquet
+    (:func:`write_figure_and_table`). Returns both paths."""
+    _pyplot()
+    return write_figure_and_table(draw(table), table, out)
+
+
+def write_figure_and_table(fig: Any, data: pd.DataFrame, out: str | Path) -> list[Path]:
+    """``fig`` at ``out`` (format from its suffix; the figure is closed) and ``data`` (its ``attrs`` dropped) as
+    ``out`` with suffix .parquet, each written atomically (:func:`tiedattention.cli_common.atomic_write`): the
+    figure commands' shared output step (theory/simulate --out, phase). Returns both paths."""
     from ..cli_common import atomic_write
 
     out = Path(out)
-    plt = _pyplot()
-    fig = draw(table)
     try:
         atomic_write(out, lambda p: fig.savefig(p, format=out.suffix[1:].lower(), bbox_inches="tight"))
     finally:
-        plt.close(fig)
+        common.pyplot().close(fig)
     path = out.with_suffix(".parquet")
-    data = table.copy()
+    data = data.copy()
     data.attrs = {}
     atomic_write(path, lambda p: data.to_parquet(p, index=False))
     return [out, path]

@@ -421,24 +421,16 @@ def draw_phase(df: pd.DataFrame, quantity: str = "test_error", contours: int = 5
 
 
 def write_outputs(df: pd.DataFrame, out: str | Path, quantity: str = "test_error") -> list[Path]:
-    """The figure at ``out`` (format from its suffix) and the table as ``out`` with suffix .parquet (atomically)."""
-    from ..cli_common import atomic_write
+    """The figure at ``out`` (format from its suffix) and the table as ``out`` with suffix .parquet (atomically,
+    :func:`tiedattention.reproduce.curves.write_figure_and_table`)."""
+    from .curves import write_figure_and_table
 
-    out = Path(out)
-    plt = common.pyplot()
     fig = draw_phase(df, quantity)
-    try:
-        atomic_write(out, lambda p: fig.savefig(p, format=out.suffix[1:].lower(), bbox_inches="tight"))
-    finally:
-        plt.close(fig)
-    table = out.with_suffix(".parquet")
     data = df.copy()
-    data.attrs = {}
     for col in data.columns:  # mixed None/bool/float columns (rs_*) as Parquet can type them
         if col == "rs_stable":
             data[col] = data[col].astype("boolean")
         elif data[col].dtype == object and col not in ("over", "target", "model", "task", "phase", "message",
                                                        "quadrature", "threshold_message", "rs_message"):
             data[col] = pd.to_numeric(data[col], errors="coerce")
-    atomic_write(table, lambda p: data.to_parquet(p, index=False))
-    return [out, table]
+    return write_figure_and_table(fig, data, out)
