@@ -271,6 +271,9 @@ class Checker:
         if is_placeholder(name):
             return problems
         if name.startswith("-"):
+            top = self.option_map(self.group)  # the app's own options (--version): eager, they end the line
+            if name in top and getattr(top[name], "is_eager", False):
+                return [f"`{a}` after the eager `{name}` is never read" for a in args[1:]]
             return [f"`{name}` is not an option of `tiedattention` (it takes a sub-command first)"]
         cmd = self.group.commands.get(name)
         if cmd is None:
@@ -470,6 +473,8 @@ def test_checker_reports_bad_lines(checker):
         # the option hides behind a continuation, an env prefix, a path, a pipe and a loop
         "OPENBLAS_NUM_THREADS=1 .venv/bin/tiedattention simulate --alpha 0.5 --sedes 2 | head -3": "`--sedes`",
         "for f in fig1 fig2; do tiedattention reproduce $f --quik --out out/; done": "`--quik`",
+        "tiedattention --versoin": "not an option of `tiedattention`",
+        "tiedattention --version theory": "never read",
     }
     for text, expected in bad.items():
         problems = check(text)
@@ -481,6 +486,7 @@ def test_checker_reports_bad_lines(checker):
         "tiedattention theory --alpha <that grid> --lam 0 --model factorized|direct",
         "make demo && .venv/bin/tiedattention reproduce fig1 --quick --out out/demo",
         "tiedattention sweep grid.toml --out out/grid --no-progress --dry-run",
+        "tiedattention --version",
     ]
     for text in good:
         assert invocations(text) and not check(text), (text, check(text))
