@@ -16,6 +16,7 @@ from tiedattention.theory.spectrum import (
     kolmogorov_distance,
     learned_spectrum,
     outlier_alphas,
+    outlier_weight_limit,
     spike_outlier,
 )
 
@@ -163,6 +164,23 @@ def test_recovered_modes_spiked():
     assert ov[0] > ov[1] > ov[2] > 0.5
     ev = [o.eigenvalue for o in sp.outliers]
     assert ev[0] > ev[1] > ev[2] > sp.bulks[0][1]
+
+
+def test_spikes_below_d100_are_outliers_not_bulks():
+    """A spike of a list-based target weighs 1/d: at d = 60 (1/60 > 0.01) it used to be drawn as a bulk of mass 1/60
+    and never counted as an outlier. Now it is one, and at d = 60 and d = 600 the same two spikes give the same
+    picture (both recovered, in order, as the only outliers; their eigenvalues move only through the d-dependent
+    MP part). At d >= 150 the limit is 0.01 as before."""
+    p = Problem.from_options(target="spikes:6,5+mp:0.2", lam=0.01)
+    small, large = learned_spectrum(p, 0.5, d=60), learned_spectrum(p, 0.5, d=600)
+    for sp in (small, large):
+        assert sp.n_recovered == 2 and [o.theta for o in sp.outliers] == [6.0, 5.0]
+        assert sp.outliers[0].eigenvalue > sp.outliers[1].eigenvalue > max(b[1] for b in sp.bulks)
+        assert all(b[2] > 1.5 / 60 for b in sp.bulks)  # no bulk of one spike's mass left
+    assert abs(small.outliers[0].eigenvalue - large.outliers[0].eigenvalue) < 0.05 * large.outliers[0].eigenvalue
+    assert outlier_weight_limit(parse_target("spikes:6,5+mp:0.2").measure(60)) == 1.5 / 60
+    assert outlier_weight_limit(parse_target("spikes:6,5+mp:0.2").measure(600)) == 0.01
+    assert outlier_weight_limit(parse_target("mp:0.5").measure()) == 0.01
 
 
 def test_cli_spectrum_json_png(tmp_path):

@@ -47,6 +47,7 @@ __all__ = [
     "Outlier",
     "learned_spectrum",
     "spectrum_from_result",
+    "outlier_weight_limit",
     "spike_outlier",
     "recovered_modes",
     "outlier_alphas",
@@ -264,9 +265,27 @@ def _outliers(fc: FreeConvolution, scale: float, eps: float, cut: float, max_wei
 # ------------------------------------------------------------------------------------------------
 # the law at one SE point
 # ------------------------------------------------------------------------------------------------
+#: the largest weight of a target atom that can be an outlier, whatever d
+OUTLIER_WEIGHT = 0.01
+
+
+def outlier_weight_limit(measure: SpectralMeasure) -> float:
+    """The largest weight of a target atom that counts as an isolated mode (an outlier candidate):
+    :data:`OUTLIER_WEIGHT`, or 1.5 x the lightest nonzero atom where that is larger. A spike of a list-based
+    target at dimension d weighs 1/d, more than 0.01 below d = 100: without the second term it was drawn as a
+    bulk of mass 1/d and never counted as an outlier there. For d >= 150 the limit is 0.01 (unchanged)."""
+    atoms, weights = measure.point_masses()
+    w = weights[(atoms != 0.0) & (weights > 0)]
+    return max(OUTLIER_WEIGHT, 1.5 * float(w.min())) if w.size else OUTLIER_WEIGHT
+
+
 def spectrum_from_result(problem: Problem, measure: SpectralMeasure, res: SEResult,
-                         max_outlier_weight: float = 0.01) -> LearnedSpectrum:
-    """Learned spectrum at a solved SE point ``res`` (regular, interpolating or zero phase)."""
+                         max_outlier_weight: float | None = None) -> LearnedSpectrum:
+    """Learned spectrum at a solved SE point ``res`` (regular, interpolating or zero phase). A target atom of
+    weight <= ``max_outlier_weight`` (default :func:`outlier_weight_limit`) that forms a component of its own is an
+    outlier; heavier ones are bulks."""
+    if max_outlier_weight is None:
+        max_outlier_weight = outlier_weight_limit(measure)
     if not res.converged:
         raise FloatingPointError(f"the SE point at alpha={res.alpha:g} did not converge: {res.message}")
     if res.phase == "zero":
@@ -317,7 +336,7 @@ def recovered_modes(problem: Problem, alphas, d: int | None = None) -> list[dict
     return out
 
 
-def outlier_alphas(problem: Problem, alphas, d: int | None = None, max_weight: float = 0.01,
+def outlier_alphas(problem: Problem, alphas, d: int | None = None, max_weight: float | None = None,
                    criterion: str = "bump", rtol: float = 1e-7, details: bool = False) -> dict[float, Any]:
     """For each isolated target eigenvalue theta: the alpha at which its outlier appears (detached and above
     the cut), by a root find on the alpha axis.
@@ -335,6 +354,8 @@ def outlier_alphas(problem: Problem, alphas, d: int | None = None, max_weight: f
     se = StateEvolution(problem, d=d)
     grid = sorted(float(a) for a in alphas)
     theta, weight = se.measure.point_masses()
+    if max_weight is None:
+        max_weight = outlier_weight_limit(se.measure)
     theta = theta[(weight <= max_weight) & (theta != 0.0)]
     g, _ = _Kernel(se.measure).rest_sums(theta)
     dc = detachment_delta(se.measure, theta, criterion)
