@@ -304,15 +304,7 @@ def optimal_lambda(problem: Problem, alpha: float, d: int | None = None, lam_ran
         ``lam_converged`` (an interior optimum, bracketed by converged scan points and refined to ``xatol``) and
         ``lam_message`` (empty when there is nothing to say).
     """
-    t0 = time.perf_counter()
-    alpha, lam_range = _check(alpha, lam_range, grid, xatol)
-    search = _Search(problem, alpha, d, se_options)
-    found = _optimise(search, lam_range, lam_range, int(grid), float(xatol))
-    found["lam_scan_kind"] = "full"
-    found["lam_evaluations"] = search.evaluations
-    rec = _record(problem, alpha, d, search, found, se_options)
-    rec["lam_seconds"] = time.perf_counter() - t0
-    return rec
+    return optimal_curve(problem, [alpha], d, lam_range, grid, xatol, **se_options)[0]  # one alpha: the full scan
 
 
 def optimal_curve(problem: Problem, alphas: Iterable[float], d: int | None = None, lam_range=LAM_RANGE,
