@@ -96,9 +96,9 @@ def with_problem(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def check_dimension(d: int | None, name: str = "d") -> None:
-    """The one check of ``--d`` (or another dimension option, ``name``) shared by the commands: not given (None)
-    or an integer >= 2."""
-    if d is not None and d < 2:
+    """The one check of ``--d`` (or another dimension option, ``name``) shared by the commands and the phase
+    diagram's API: not given (None) or an integer >= 2 (a bool or a non-integral number is refused too)."""
+    if d is not None and (isinstance(d, bool) or int(d) != d or d < 2):
         raise ParameterError(name, f"must be an integer >= 2 (got {d})")
 
 

@@ -217,6 +217,7 @@ def phase_diagram(problem: Problem, alphas: Sequence[float], over: str, values: 
     Raises ParameterError on bad input (before anything is written), SweepInterrupted on Ctrl-C (finished rows are
     kept) and RuntimeError when a row failed (it is not stored; running again retries it).
     """
+    from ..cli_common import check_dimension
     from ..problem import validate_alpha
     from ..sweep import run_sweep
 
@@ -225,8 +226,7 @@ def phase_diagram(problem: Problem, alphas: Sequence[float], over: str, values: 
     if not alphas:
         raise ParameterError("alpha", "needs at least one value")
     values = check_over(problem, over, values)
-    if d is not None and (isinstance(d, bool) or int(d) != d or d < 2):
-        raise ParameterError("d", f"must be an integer >= 2 (got {d})")
+    check_dimension(d)
     if not (math.isfinite(train_zero) and train_zero > 0):
         raise ParameterError("train-zero", f"must be > 0 (got {train_zero})")
     for v in values:  # a target that needs d says so here, before any store exists
@@ -292,12 +292,9 @@ def summary_of(df: pd.DataFrame) -> dict[str, Any]:
 def _edges(pos: np.ndarray, log: bool) -> np.ndarray:
     """Cell edges around sorted centres: midpoints (geometric on a log axis), the outer ones mirrored."""
     x = np.log(pos) if log else np.asarray(pos, float)
-    if len(x) == 1:
-        half = np.array([0.5 * math.log(10.0) if log else 0.5 * max(abs(x[0]), 1.0)])
-    else:
-        half = None
-    if half is not None:
-        e = np.array([x[0] - half[0], x[0] + half[0]])
+    if len(x) == 1:  # a single row: half a decade (log) or half its size (at least 0.5) either side
+        half = 0.5 * math.log(10.0) if log else 0.5 * max(abs(x[0]), 1.0)
+        e = np.array([x[0] - half, x[0] + half])
     else:
         mid = 0.5 * (x[1:] + x[:-1])
         e = np.concatenate([[x[0] - (mid[0] - x[0])], mid, [x[-1] + (x[-1] - mid[-1])]])
