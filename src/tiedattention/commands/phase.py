@@ -17,7 +17,6 @@ import typer
 from ..cli_common import (
     FIGURE_SUFFIXES,
     JsonOpt,
-    check_dimension,
     check_output_dir,
     check_output_file,
     cli_errors,
@@ -62,29 +61,25 @@ def phase(
     json: JsonOpt = False,
 ) -> None:
     """Phase diagram of the state evolution over α and one more parameter (docs/user-guide/phase.md)."""
-    import math
 
     from ..reproduce.phase import parse_over, phase_diagram, quantities, write_outputs
 
     with cli_errors():
         alphas = sorted(set(parse_floats(alpha, "alpha")))
         name, values = parse_over(over, problem)
-        check_dimension(d)
         valid = quantities(rs_stability)
         if quantity not in valid:
             extra = "" if rs_stability else " (rs_at, rs_switching need --rs-stability)"
             raise ParameterError("quantity", f"unknown field {quantity!r}; valid: {', '.join(valid)}{extra}")
-        if not (math.isfinite(train_zero) and train_zero > 0):
-            raise ParameterError("train-zero", f"must be > 0 (got {train_zero})")
         check_output_file(out, "out", suffix=FIGURE_SUFFIXES)
         if store is None:
             if out is None:
                 raise ParameterError("store", "give --store DIR (where finished rows are kept) when there is no --out")
             store = out.with_suffix(".store")
         check_output_dir(store, "store")
-        if workers is not None and workers < 1:
-            raise ParameterError("workers", f"must be >= 1 (got {workers})")
-        with resumable("phase"):  # (phase_diagram checks the rows' targets against --d before the store is created)
+        # phase_diagram (and run_sweep) check --d, --train-zero, --workers and the rows' targets against --d before
+        # the store is created
+        with resumable("phase"):
             df = phase_diagram(problem, alphas, name, values, d=d, rs_stability=rs_stability, store=store,
                                workers=workers, progress=progress, train_zero=train_zero)
     summary = dict(df.attrs["summary"], quantity=quantity)
