@@ -331,7 +331,10 @@ def solve_prox(
             raise ParameterError("init", "must be finite")
         x = prox_nuclear_psd(sym(x0), 0.0, rank)[0] if factorized else sym(x0)
     Hx = obj.logits_all(x)
-    Fx = obj.loss_of_logits(Hx, grad=False)[0]
+    # the objective of the start, penalty included (a start's F without it made every step from a warm start
+    # near a minimiser look like an increase: the solver stopped at ``init`` after ``patience`` rejections)
+    Fx = obj.loss_of_logits(Hx, grad=False)[0] + (float(obj.penalty_trace(x)) if factorized
+                                                  else float(obj.penalty_ridge(x)))
     y, Hy, theta = x, Hx, 1.0
     alpha = obj.n / d**2
     t = t0 if t0 is not None else 2.0 * d / max(alpha, 1e-3)
