@@ -85,9 +85,9 @@ def test_direct_model_routes_agree():
     data = sample_dataset(pb, 300, 15, 2)
     res = {s: train(pb, data, solver=s, seed=2) for s in ("lbfgs", "prox", "adam")}
     best = min(r.objective for r in res.values())
-    assert res["prox"].objective == best
-    # torch's strong-Wolfe line search gives up on steps below 1e-9: L-BFGS stops a few 1e-8 above
-    assert (res["lbfgs"].objective - best) / best < 1e-6
+    assert (res["prox"].objective - best) / best < 1e-12
+    # a smooth problem without flat directions: L-BFGS (which sees F in float64) reaches the minimum too
+    assert (res["lbfgs"].objective - best) / best < 1e-9
     assert (res["adam"].objective - best) / best < 1e-4
     assert res["prox"].W is None
     ev = np.linalg.eigvalsh(res["prox"].S_hat)

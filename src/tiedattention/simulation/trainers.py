@@ -194,11 +194,14 @@ def solve_lbfgs(
     max_iter: int = 20_000,
     history_size: int = 50,
     gtol: float = 1e-12,
-    rtol: float = 1e-13,
+    rtol: float = 1e-7,
     block: int = 25,
     scale: float | None = None,
 ) -> Solution:
-    """torch.optim.LBFGS with strong-Wolfe line search on W (or on A, S = sym(A))."""
+    """torch.optim.LBFGS with strong-Wolfe line search on W (or on A, S = sym(A)).
+
+    The closure hands LBFGS the (rescaled) objective as a float64 tensor: LBFGS reads it back with float(), and
+    torch's default float32 would hide every change below ~1e-7 relative (it then stalled there, 'converged')."""
     param = _init_param(problem, obj, seed)
     f0 = _value_grad(problem, obj)
     # torch's LBFGS has absolute thresholds (curvature pairs need y.s > 1e-10): work on F / F(init)
@@ -223,10 +226,10 @@ def solve_lbfgs(
             state["bad"] = True
             # a huge finite value makes the line search back off instead of propagating NaN
             param.grad = torch.zeros_like(param)
-            return torch.tensor(1e300)
+            return torch.tensor(1e300, dtype=torch.float64)
         if callback is not None:
             callback(state["evals"], F / c, time.perf_counter() - t0)
-        return torch.tensor(F)
+        return torch.tensor(F, dtype=torch.float64)  # not torch's default float32: LBFGS reads float(loss)
 
     converged, message = False, f"max_iter={max_iter} reached"
     prev = float(closure())
