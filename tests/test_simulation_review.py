@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -31,3 +33,64 @@ def test_lbfgs_sees_the_objective_in_float64(model):
     gap = (res.objective - ref.objective) / ref.objective
     assert -1e-12 < gap < 1e-8, gap  # float32: 1.0e-7 (direct), 1.1e-7 (factorised)
     assert np.linalg.norm(res.S_hat - ref.S_hat) / np.linalg.norm(ref.S_hat) < 1e-4
+
+
+def _cli():
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    return CliRunner(), app
+
+
+BASE = ["simulate", "--d", "8", "--seeds", "2", "--n-test", "50", "--solver", "prox", "--threads", "1"]
+
+
+def test_ctrl_c_keeps_the_finished_records_and_writes_no_partial_file(tmp_path, monkeypatch):
+    """Ctrl-C in a multi-alpha run: exit 130 with one line saying how many records finished, the finished ones
+    shown, and no half-finished --out / --save-spectra file (before: rc 130, nothing printed at all)."""
+    import tiedattention.simulation as sim
+
+    real, calls = sim.simulate_record, []
+
+    def interrupted_on_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sim, "simulate_record", interrupted_on_the_second)
+    runner, app = _cli()
+    spec = tmp_path / "s.npz"
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5,1,2", "--json", "--save-spectra", str(spec)])
+    assert res.exit_code == 130, res.output
+    lines = [json.loads(x) for x in res.stdout.strip().splitlines()]
+    assert [r["alpha"] for r in lines] == [0.5]
+    assert "interrupted; 1 of 3 (α, d) records finished" in res.stderr
+    assert "nothing written to --save-spectra" in res.stderr
+    assert list(tmp_path.iterdir()) == []
+    calls.clear()
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5,1,2"])  # the table of what finished
+    assert res.exit_code == 130 and "│ 0.5 │" in res.stdout and "│   1 │" not in res.stdout
+
+
+@pytest.mark.parametrize("option,name", [("--save-spectra", "s.npz"), ("--out", "f.png")])
+def test_an_unwritable_output_directory_is_refused_before_training(tmp_path, monkeypatch, option, name):
+    """A directory that exists but cannot be written (read-only file system, no permission) used to be found out
+    by a traceback after the whole run; now it is one line and exit 2 before any training."""
+    import tempfile
+
+    import tiedattention.simulation as sim
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained before checking the output")
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(sim, "simulate_record", never)
+    runner, app = _cli()
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5", option, str(tmp_path / name)])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == f"error: {option}: cannot write to directory '{tmp_path}': Permission denied"

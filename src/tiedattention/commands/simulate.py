@@ -124,6 +124,22 @@ def save_spectra(path: Path, records: list[dict[str, Any]]) -> None:
     atomic_write(path, write)
 
 
+def _check_writable(path: Path | None, name: str) -> None:
+    """Before any training: a file can be created in ``path``'s directory (a read-only or full file system, no
+    permission), else ParameterError(name) -- not a traceback after the whole run."""
+    import os
+    import tempfile
+
+    if path is None:
+        return
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".write-check-", dir=Path(path).parent)
+    except OSError as exc:
+        raise ParameterError(name, f"cannot write to directory '{Path(path).parent}': {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
 @with_problem
 def simulate(
     problem: Problem,
@@ -171,10 +187,12 @@ def simulate(
         if device not in ("cpu", "cuda"):
             raise ParameterError("device", f"must be cpu or cuda (got {device!r})")
         check_output_file(save_spectra_to, "save-spectra")
+        _check_writable(save_spectra_to, "save-spectra")
         if out is not None:
             from ..reproduce.curves import check_out
 
             check_out(out)
+            _check_writable(out, "out")
         if save_spectra_to is not None and len(dims) > 1:
             raise ParameterError("save-spectra", "writes one d at a time (got several --d)")
         if len(dims) > 1 and seeds < 2:
@@ -218,26 +236,37 @@ def simulate(
         label = f"d={','.join(map(str, dims))}"
         records, shown = [], []
         err = Console(stderr=True)
+        interrupted = False
         with Progress(console=err, transient=True) as bar:
             job = bar.add_task(f"{solver} {label}", total=len(alphas) * len(dims) * seeds)
-            for a in alphas:
-                per_d = []
-                for dd in dims:
-                    rec = simulate_record(
-                        problem, a, dd, seeds=seeds, solver=solver, device=device, seed0=seed, n_test=n_test,
-                        return_spectra=save_spectra_to is not None, progress=lambda info: bar.advance(job),
-                        threads=threads, **options,
-                    )
-                    records.append(rec)
-                    per_d.append(rec)
-                    shown.append(emit(rec))
-                if len(dims) > 1:
-                    shown.append(emit(extrapolated_record(per_d)))
-        if save_spectra_to is not None:
-            save_spectra(save_spectra_to, records)
-        if out is not None:
-            _write_figure(out, problem, shown, alphas, dims, theory, err)
-    if not json:
+            try:
+                for a in alphas:
+                    per_d = []
+                    for dd in dims:
+                        rec = simulate_record(
+                            problem, a, dd, seeds=seeds, solver=solver, device=device, seed0=seed, n_test=n_test,
+                            return_spectra=save_spectra_to is not None, progress=lambda info: bar.advance(job),
+                            threads=threads, **options,
+                        )
+                        records.append(rec)
+                        per_d.append(rec)
+                        shown.append(emit(rec))
+                    if len(dims) > 1:
+                        shown.append(emit(extrapolated_record(per_d)))
+            except KeyboardInterrupt:  # Ctrl-C: keep what is finished (shown below), write no partial files
+                interrupted = True
+        if not interrupted:
+            for name, path in (("save-spectra", save_spectra_to), ("out", out)):
+                if path is None:
+                    continue
+                try:  # checked writable before training; a disk that fills up since still gets one line
+                    if name == "out":
+                        _write_figure(out, problem, shown, alphas, dims, theory, err)
+                    else:
+                        save_spectra(save_spectra_to, records)
+                except OSError as exc:
+                    raise ParameterError(name, f"cannot write '{path}': {exc.strerror or exc}") from None
+    if not json and shown:
         title = label if len(dims) == 1 else f"{label} and the 1/d fit"
         table = Table(title=f"simulation ({solver}, {title}, {seeds} seeds): {problem.task.target} "
                       f"Δ={problem.task.noise} λ={problem.student.lam}",
@@ -262,6 +291,12 @@ def simulate(
                             else ["", ""])
             table.add_row(*row)
         print_table(table, min_width=120)
+    if interrupted:
+        skipped = [f"--{n}" for n, v in (("save-spectra", save_spectra_to), ("out", out)) if v is not None]
+        typer.echo(f"simulate: interrupted; {len(records)} of {len(alphas) * len(dims)} (α, d) records finished"
+                   + (" (shown above)" if records else "")
+                   + (f"; nothing written to {', '.join(skipped)}" if skipped else ""), err=True)
+        raise typer.Exit(code=130)
     if not all(r["converged_all"] for r in records):
         typer.echo("warning: some seeds did not converge (see 'converged')", err=True)
         raise typer.Exit(code=1)
