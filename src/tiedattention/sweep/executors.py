@@ -117,12 +117,16 @@ def _worker_init(parent: int) -> None:  # pragma: no cover - runs in worker proc
 
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
-    pool.shutdown(wait=False, cancel_futures=True)
+    """Cancel what is queued and end the worker processes now, running cells included (an interrupted driver must
+    not wait for them: the interpreter's exit joins the pool). The process table is taken before ``shutdown``,
+    which drops it."""
     terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
     if terminate is not None:  # pragma: no cover
         terminate()
         return
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
         with contextlib.suppress(Exception):
             proc.terminate()
 

@@ -1,0 +1,92 @@
+"""Long jobs as users reach them (session-11 review): interrupts with cells in flight, store and scheduler errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tiedattention.sweep import Store, parse_spec, run_sweep
+
+HERE = Path(__file__).parent
+RUN_COLUMNS = ["pid", "worker_pid", "worker_host", "started_at", "seconds"]
+
+# the sweep command on its own typer app, as in test_sweep_local.py
+CLI = """
+import typer
+from tiedattention.commands.sweep import register
+app = typer.Typer(pretty_exceptions_enable=False)
+@app.callback()
+def main():
+    pass
+register(app)
+app()
+"""
+
+
+def slow_route(params):
+    """A route for the interrupt test: alpha 0.1 returns at once; the others mark that they started, then sleep
+    ``TA_LONGJOB_SLEEP`` seconds (long, unless the resumed run sets it to 0)."""
+    alpha = float(params["alpha"])
+    if alpha != 0.1:
+        (Path(os.environ["TA_LONGJOB_DIR"]) / f"started-{alpha}").touch()
+        time.sleep(float(os.environ.get("TA_LONGJOB_SLEEP", "0")))
+    return {"value": alpha * 10.0, "pid": os.getpid()}
+
+
+def _spec_text() -> str:
+    return f'[grid]\nalpha = [0.1, 0.2, 0.3, 0.4]\n[run]\nroutes = ["{__name__}:slow_route"]\n'
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)])
+def test_interrupt_with_long_cells_in_flight_exits_at_once_and_resumes(tmp_path, monkeypatch, sig):
+    """Ctrl-C / SIGTERM while long cells run: the driver stops its workers and exits (it used to wait for the running
+    cells to finish: ProcessPoolExecutor.shutdown drops its process table, so _stop_pool terminated nobody); the
+    finished cell stays, the resumed run computes only the rest and equals an uninterrupted run."""
+    import psutil
+
+    spec_path = tmp_path / "grid.toml"
+    spec_path.write_text(_spec_text())
+    store = Store(tmp_path / "s")
+    env = dict(os.environ, TA_LONGJOB_DIR=str(tmp_path), TA_LONGJOB_SLEEP="300",
+               PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", CLI, "sweep", str(spec_path), "--out", str(store.root),
+                             "--workers", "2", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (len(store.done_keys()) == 1 and (tmp_path / "started-0.2").exists()):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the sweep did not start its cells"
+            time.sleep(0.05)
+        workers = [p for p in psutil.Process(proc.pid).children()
+                   if "resource_tracker" not in " ".join(p.cmdline())]
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)  # before the fix: blocked until the 300 s cells finished
+        _, alive = psutil.wait_procs(workers, timeout=30)
+        assert not alive, "worker processes outlived the interrupted driver"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+    assert proc.returncode == 130, err
+    assert "run the same sweep again to resume" in err
+    assert len(store.done_keys()) == 1 and store.verify() == []  # the finished cell, nothing half-written
+
+    monkeypatch.setenv("TA_LONGJOB_DIR", str(tmp_path))
+    monkeypatch.setenv("TA_LONGJOB_SLEEP", "0")
+    monkeypatch.syspath_prepend(str(HERE))
+    spec = parse_spec(_spec_text())
+    resumed = run_sweep(spec, store, max_workers=1, progress=False)
+    assert (resumed.skipped, resumed.computed, resumed.failed) == (1, 3, 0)
+    clean = run_sweep(spec, Store(tmp_path / "clean"), max_workers=1, progress=False)
+    a, b = resumed.table().drop(columns=RUN_COLUMNS), clean.table().drop(columns=RUN_COLUMNS)
+    assert a.equals(b) and list(a["value"]) == [1.0, 2.0, 3.0, 4.0]
