@@ -221,7 +221,8 @@ def narrow_interpolation_alpha_bar(measure, noise: float, kappa: float) -> float
     The end of the narrow interpolating phase (eps -> 0): with c = max(0, y_kappa(delta)) and the J's of
     f(y) = y 1[y > c], the root delta* of H(delta) = J2 - 2 delta^2 JG - Q0 - Delta/2, then alpha_bar = JG(delta*)
     (for c = 0 this is the wide threshold of thresholds.interpolation_threshold). H(0+) = int_{y>c} y^2 dmu - Q0
-    - Delta/2 < 0; the first sign change on a geometric grid is refined by Brent. 0 if H never changes sign.
+    - Delta/2 <= 0; the first sign change on a geometric grid is refined by Brent (thresholds.first_root_from_below;
+    for Delta = 0 and kappa >= kappa0, H(0+) = 0 and the value is the delta -> 0 limit). 0 if H never changes sign.
     When the cut binds the result can exceed the parameter count kappa - kappa^2/2 (MP kappa0 = 0.5, Delta = 0.5,
     kappa = 0.25: 0.24854 > 0.21875); training does not interpolate in between (docs/theory/spectra.md section 2),
     so there the parameter count, not this value, is where the training error leaves zero.
@@ -233,15 +234,20 @@ def narrow_interpolation_alpha_bar(measure, noise: float, kappa: float) -> float
         j2, _, jg, _ = _narrow_j(fc, 0.0, fc.quantile(kappa))
         return j2 - 2.0 * delta**2 * jg - q_target
 
-    grid = np.geomspace(1e-3, 1e3, 61)
-    if h(grid[0]) > 0:
-        raise FloatingPointError("narrow interpolation threshold: no bracket (H(0+) > 0)")
-    for lo, hi in zip(grid[:-1], grid[1:], strict=True):
-        if h(hi) > 0:
-            delta = optimize.brentq(h, lo, hi, xtol=1e-14, rtol=1e-13)
-            fc = FreeConvolution(measure, delta)
-            return float(_narrow_j(fc, 0.0, fc.quantile(kappa))[2])
-    return 0.0
+    def jg(delta: float) -> float:
+        fc = FreeConvolution(measure, delta)
+        return float(_narrow_j(fc, 0.0, fc.quantile(kappa))[2])
+
+    from .thresholds import first_root_from_below
+
+    delta = first_root_from_below(h)
+    if delta is None:
+        # Delta = 0 (or too small to resolve) with kappa >= kappa0: H(0+) = 0 and the root is at delta -> 0; JG is
+        # linear in delta there (MP 0.5, kappa = 0.7: 0.4369336, 0.4370714, 0.4370852 at delta = 1e-3, 1e-4,
+        # 1e-5), so a Richardson step from 1e-4 and 1e-5 gives the limit (0.4370867; 0.4375000 at kappa >= 0.75)
+        a, b = jg(1e-4), jg(1e-5)
+        return b + (b - a) / 9.0
+    return 0.0 if math.isinf(delta) else jg(delta)
 
 
 def solve_narrow_interpolating_phase(measure, qz: float, abar: float, kappa: float) -> dict[str, Any]:

@@ -99,7 +99,8 @@ def interpolation_threshold(measure, noise: float, model: str = "factorized") ->
     Factorised: the root delta* of H(delta) = I(delta,0) - (delta/2) dI/ddelta(delta,0) - Q0 - Delta/2,
     then alpha_bar = dI/ddelta(delta*,0) / (4 delta*). H(0+) = -Delta/2 and H grows like delta^3 at small
     delta, so the relevant root is the first sign change from below, bracketed on a geometric grid.
-    Delta = 0 returns the delta -> 0 limit (1 - w^2/2)/2.
+    Delta = 0 returns the delta -> 0 limit (1 - w^2/2)/2, and so does a Delta too small for the root to be
+    resolved (below ~1e-15; at Delta = 1e-12 the root is delta* ~ 1.7e-4, below the scan's first point).
     """
     if model == "direct":
         return 0.5
@@ -112,19 +113,36 @@ def interpolation_threshold(measure, noise: float, model: str = "factorized") ->
         si = FreeConvolution(measure, delta).integrals(0.0)
         return si.I - 0.5 * delta * si.dI_ddelta - q_target
 
-    grid = np.geomspace(1e-3, 1e3, 61)
-    prev = h(grid[0])
-    if prev > 0:
-        raise FloatingPointError("interpolation threshold: no bracket (H(0+) > 0)")
-    for lo, hi in zip(grid[:-1], grid[1:], strict=True):
-        cur = h(hi)
-        if cur > 0:
-            delta = optimize.brentq(h, lo, hi, xtol=1e-14, rtol=1e-13)
-            si = FreeConvolution(measure, delta).integrals(0.0)
-            return si.dI_ddelta / (4.0 * delta)
-        prev = cur
-    # no root: the PSD projection never fits the noise; interpolation only below alpha_bar -> 0
-    return 0.0
+    def value(delta: float) -> float:
+        si = FreeConvolution(measure, delta).integrals(0.0)
+        return si.dI_ddelta / (4.0 * delta)
+
+    delta = first_root_from_below(h)
+    if delta is None:  # Delta too small to resolve (~1e-15): the delta -> 0 limit
+        return (1.0 - w * w / 2.0) / 2.0
+    # no root (delta = inf): the PSD projection never fits the noise; interpolation only below alpha_bar -> 0
+    return 0.0 if math.isinf(delta) else value(delta)
+
+
+def first_root_from_below(h, lo: float = 1e-3, hi: float = 1e3, num: int = 61, floor: float = 1e-6) -> float | None:
+    """The first sign change from below of H(delta) = -Delta/2 + O(delta^3) (the interpolation thresholds).
+
+    Scanned upwards on a geometric grid [lo, hi]; where H(lo) > 0 already (Delta <~ 1e-9: the root lies below lo)
+    the scan goes down to ``floor`` first. Returns the root (Brent), ``None`` when H > 0 down to ``floor`` (the
+    root is at delta -> 0: Delta = 0 or too small to resolve; the caller takes the delta -> 0 limit), or
+    ``math.inf`` when H stays <= 0 up to ``hi``."""
+    if h(lo) > 0:
+        top = lo
+        for x in np.geomspace(lo / 10.0, floor, max(2, int(round(math.log10(lo / floor))))):
+            if h(x) <= 0:
+                return optimize.brentq(h, x, top, xtol=1e-16, rtol=1e-13)
+            top = x
+        return None
+    grid = np.geomspace(lo, hi, num)
+    for a, b in zip(grid[:-1], grid[1:], strict=True):
+        if h(b) > 0:
+            return optimize.brentq(h, a, b, xtol=1e-14, rtol=1e-13)
+    return math.inf
 
 
 def perfect_recovery_se(measure, delta: float = 5e-3) -> tuple[float, float]:
