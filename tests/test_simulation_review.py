@@ -94,3 +94,17 @@ def test_an_unwritable_output_directory_is_refused_before_training(tmp_path, mon
     res = runner.invoke(app, [*BASE, "--alpha", "0.5", option, str(tmp_path / name)])
     assert res.exit_code == 2, res.output
     assert res.stderr.strip() == f"error: {option}: cannot write to directory '{tmp_path}': Permission denied"
+
+
+def test_gamp_on_seq2seq_is_refused_before_any_work(monkeypatch):
+    """GAMP is seq2lab only: the CLI used to find out at the first seed, after solving the SE of --theory."""
+    import tiedattention.theory.api as theory_api
+
+    def never(*args, **kwargs):
+        raise AssertionError("solved the SE before refusing the solver")
+
+    monkeypatch.setattr(theory_api, "theory_records", never)
+    runner, app = _cli()
+    res = runner.invoke(app, [*BASE[:-4], "--solver", "gamp", "--task", "seq2seq", "--alpha", "0.5", "--theory"])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == "error: --task: GAMP is implemented for seq2lab (its loss is a function of the logits)"

@@ -206,6 +206,8 @@ def simulate(
 
         if solver not in SOLVERS:
             raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
+        if solver == "gamp" and problem.task.task != "seq2lab":  # before the SE of --theory, not at the first seed
+            raise ParameterError("task", "GAMP is implemented for seq2lab (its loss is a function of the logits)")
         resolve_device(device)
         for a in alphas:
             for dd in dims:
