@@ -108,3 +108,27 @@ def test_gamp_on_seq2seq_is_refused_before_any_work(monkeypatch):
     res = runner.invoke(app, [*BASE[:-4], "--solver", "gamp", "--task", "seq2seq", "--alpha", "0.5", "--theory"])
     assert res.exit_code == 2, res.output
     assert res.stderr.strip() == "error: --task: GAMP is implemented for seq2lab (its loss is a function of the logits)"
+
+
+def test_api_misuse_names_the_parameter():
+    """Python API inputs that used to pass silently (data of another T trained as if it were the problem's; a NaN
+    or non-symmetric S0 giving NaN / inconsistent labels) or fail deep inside (TypeError on None, numpy's
+    'expected non-negative integer', torch's set_num_threads) now raise ParameterError naming the parameter."""
+    from tiedattention.errors import ParameterError
+    from tiedattention.simulation import simulate_record
+
+    pb = Problem.from_options()
+    data = sample_dataset(pb, 20, 6, 0)
+    cases = [
+        ("data", lambda: train(Problem.from_options(tokens=3), data, solver="prox")),
+        ("data", lambda: train(Problem.from_options(task="seq2seq"), data, solver="prox")),
+        ("S0", lambda: sample_dataset(pb, 5, 6, 0, S0=np.full((6, 6), np.nan))),
+        ("S0", lambda: sample_dataset(pb, 5, 6, 0, S0=np.triu(np.ones((6, 6))))),
+        ("seed", lambda: simulate_record(pb, 0.5, 6, seeds=1, seed0=-1, solver="prox")),
+        ("threads", lambda: simulate_record(pb, 0.5, 6, seeds=1, solver="prox", threads=0)),
+        ("rank_tol", lambda: simulate_record(pb, 0.5, 6, seeds=1, solver="prox", rank_tol=-1.0)),
+    ]
+    for name, call in cases:
+        with pytest.raises(ParameterError) as exc:
+            call()
+        assert exc.value.param == name

@@ -44,7 +44,8 @@ def combined_sem(values: np.ndarray, within_sem: np.ndarray) -> float:
     return math.sqrt(max(var, within) / values.size)
 
 
-def _validate(d: int, seeds: int, solver: str, n_test: int) -> None:
+def _validate(d: int, seeds: int, solver: str, n_test: int, seed0: int = 0, threads: int | None = None,
+              rank_tol: float = 1e-6) -> None:
     if isinstance(d, bool) or int(d) != d or d < 2:
         raise ParameterError("d", f"must be an integer >= 2 (got {d!r})")
     if isinstance(seeds, bool) or int(seeds) != seeds or seeds < 1:
@@ -53,6 +54,12 @@ def _validate(d: int, seeds: int, solver: str, n_test: int) -> None:
         raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
     if isinstance(n_test, bool) or int(n_test) != n_test or n_test < 2:
         raise ParameterError("n-test", f"must be an integer >= 2 (got {n_test!r})")
+    if isinstance(seed0, bool) or int(seed0) != seed0 or seed0 < 0:
+        raise ParameterError("seed", f"must be an integer >= 0 (got {seed0!r}): seeds are non-negative integers")
+    if threads is not None and (isinstance(threads, bool) or int(threads) != threads or threads < 1):
+        raise ParameterError("threads", f"must be an integer >= 1 (got {threads!r})")
+    if not (math.isfinite(rank_tol) and 0 <= rank_tol < 1):
+        raise ParameterError("rank_tol", f"must be in [0, 1) (got {rank_tol!r})")
 
 
 def _stats(name: str, values: list[float]) -> dict[str, float]:
@@ -98,8 +105,8 @@ def simulate_record(
     arguments go to the solver (e.g. ``tol``, ``max_steps``, ``lr`` for adam).
     """
     alpha = validate_alpha(alpha)
-    _validate(d, seeds, solver, n_test)
-    d, seeds = int(d), int(seeds)
+    _validate(d, seeds, solver, n_test, seed0, threads, rank_tol)
+    d, seeds, seed0 = int(d), int(seeds), int(seed0)
     dev = resolve_device(device)
     n = n_of(alpha, d)
     old_threads = torch.get_num_threads()

@@ -159,6 +159,10 @@ def sample_dataset(
     S0 = np.asarray(S0, dtype=np.float64)
     if S0.shape != (d, d):
         raise ParameterError("S0", f"must have shape ({d}, {d}) (got {S0.shape})")
+    if not np.all(np.isfinite(S0)):
+        raise ParameterError("S0", "must be finite")
+    if not np.allclose(S0, S0.T, rtol=0.0, atol=1e-12 * max(1.0, float(np.abs(S0).max()))):
+        raise ParameterError("S0", "must be symmetric (the logits h_ab and h_ba are the same measurement)")
     T = task.tokens
     seq2seq = task.task == "seq2seq"
     rx, rxi, rout = _streams(rng)

@@ -465,6 +465,9 @@ def train(
     """
     if solver not in SOLVERS:
         raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
+    if data.T != problem.task.tokens or data.task != problem.task.task:
+        raise ParameterError("data", f"was sampled for T = {data.T}, {data.task}; the problem has "
+                             f"T = {problem.task.tokens}, {problem.task.task}")
     td = TorchData.from_dataset(data, device=device, dtype=dtype, chunk=chunk)
     obj = Objective(problem, td)
     if solver in _OPTIM_SOLVERS:
