@@ -90,3 +90,83 @@ def test_interrupt_with_long_cells_in_flight_exits_at_once_and_resumes(tmp_path,
     clean = run_sweep(spec, Store(tmp_path / "clean"), max_workers=1, progress=False)
     a, b = resumed.table().drop(columns=RUN_COLUMNS), clean.table().drop(columns=RUN_COLUMNS)
     assert a.equals(b) and list(a["value"]) == [1.0, 2.0, 3.0, 4.0]
+
+
+# --------------------------------------------------------------------------------------------------
+def _one_line(res, prefix: str) -> str:
+    lines = [x for x in res.stderr.strip().splitlines() if x]
+    assert len(lines) == 1 and lines[0].startswith(prefix), res.output
+    return lines[0]
+
+
+def test_a_store_directory_that_cannot_be_used_is_one_line(tmp_path):
+    """A store whose layout is broken ('cells' a file, 'manifest.json' a directory) or whose directory cannot be
+    created gave a traceback (FileExistsError, IsADirectoryError); now one line naming the option, exit 2."""
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+    from tiedattention.errors import ParameterError
+
+    spec_path = tmp_path / "grid.toml"
+    spec_path.write_text('[grid]\nalpha = [0.1]\n[run]\nroutes = ["sleep"]\n')
+    bad_cells = tmp_path / "a"
+    bad_cells.mkdir()
+    (bad_cells / "cells").write_text("not a directory")
+    bad_manifest = tmp_path / "b"
+    (bad_manifest / "manifest.json").mkdir(parents=True)
+    for root, fragment in ((bad_cells, "cells"), (bad_manifest, "manifest.json")):
+        res = CliRunner().invoke(app, ["sweep", str(spec_path), "--out", str(root), "--no-progress"])
+        assert res.exit_code == 2
+        line = _one_line(res, "error: --out: ")
+        assert f"cannot use '{root}' as a sweep store" in line and fragment in line
+        with pytest.raises(ParameterError) as exc:  # the Python API names its own argument
+            run_sweep(parse_spec(spec_path.read_text()), root, progress=False)
+        assert exc.value.param == "store"
+    assert (bad_cells / "cells").read_text() == "not a directory"
+    # reproduce: its store is OUT/store
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "store").write_text("a file where the store goes")
+    res = CliRunner().invoke(app, ["reproduce", "fig4", "--quick", "--out", str(tmp_path / "r"), "--no-progress"])
+    assert res.exit_code == 2
+    assert "as a sweep store" in _one_line(res, "error: --out: ")
+
+
+def test_a_scheduler_address_dask_cannot_read_is_one_line(tmp_path):
+    pytest.importorskip("distributed")
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    spec_path = tmp_path / "grid.toml"
+    spec_path.write_text('[grid]\nalpha = [0.1]\n[run]\nroutes = ["sleep"]\n')
+    res = CliRunner().invoke(app, ["sweep", str(spec_path), "--out", str(tmp_path / "s"), "--scheduler", "http://x:1",
+                                   "--no-progress"])
+    assert res.exit_code == 2  # was a ValueError traceback ("unknown address scheme")
+    assert "http://x:1" in _one_line(res, "error: --scheduler: cannot connect to ")
+
+
+def test_a_write_that_fails_mid_run_is_one_line_and_keeps_finished_cells(tmp_path, monkeypatch):
+    """Disk full (or the store unmounted) while a sweep runs: one line saying what failed and that the finished cells
+    are kept, exit 1 (was a traceback)."""
+    import errno
+
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    spec_path = tmp_path / "grid.toml"
+    spec_path.write_text('[grid]\nalpha = [0.1, 0.2, 0.3]\n[run]\nroutes = ["sleep"]\n')
+    real_write = Store.write
+
+    def write(self, key, record):
+        if len(self.done_keys()) >= 1:
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.path_for(key)))
+        return real_write(self, key, record)
+
+    monkeypatch.setattr(Store, "write", write)
+    res = CliRunner().invoke(app, ["sweep", str(spec_path), "--out", str(tmp_path / "s"), "--workers", "1",
+                                   "--no-progress"])
+    assert res.exit_code == 1
+    line = _one_line(res, "sweep: ")
+    assert "No space left on device" in line and "run the same command again" in line
+    assert len(Store(tmp_path / "s").done_keys()) == 1 and Store(tmp_path / "s").verify() == []

@@ -294,3 +294,8 @@ def resumable(command: str, again: str | None = None, failed_cells: bool = True)
             raise
         typer.echo(f"{command}: {exc}", err=True)
         raise typer.Exit(code=1) from None
+    except OSError as exc:  # a write that fails mid-run (disk full, store unmounted), a lost scheduler
+        where = f": '{exc.filename}'" if exc.filename else ""
+        typer.echo(f"{command}: stopped: {exc.strerror or exc}{where}; the finished cells are in the store (fix the "
+                   f"cause and run the same command again to resume)", err=True)
+        raise typer.Exit(code=1) from None

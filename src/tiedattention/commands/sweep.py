@@ -68,8 +68,11 @@ def register(app: typer.Typer) -> None:
                 )
                 return
             with resumable("sweep", again=f"tiedattention sweep {spec} --out {out}", failed_cells=False):
-                summary = run_sweep(sweep_spec, out, executor=scheduler or "local", max_workers=workers,
-                                    progress=progress)
+                try:
+                    summary = run_sweep(sweep_spec, out, executor=scheduler or "local", max_workers=workers,
+                                        progress=progress)
+                except ParameterError as exc:  # run_sweep names its store argument; here it is --out
+                    raise ParameterError("out" if exc.param == "store" else exc.param, exc.message) from None
 
         typer.echo(f"sweep: {summary.line()} in {summary.seconds:.1f} s", err=True)
         for problem in summary.corrupt:

@@ -80,11 +80,15 @@ def reproduce(
     RuntimeError when cells failed (they are not stored; running again retries them).
     """
     from ..sweep import Store, run_sweep
+    from ..sweep.store import store_error
     from . import common
 
     mod = figure_module(name)
     out = Path(out)
-    store = Store(out / "store")
+    try:
+        store = Store(out / "store")
+    except OSError as exc:
+        raise store_error(out / "store", exc, "out") from None
     t0 = time.perf_counter()
     result = FigureResult(name, [])
     table = None
@@ -98,7 +102,10 @@ def reproduce(
         spec = common.spec_of(name, cells)
         done = len(keys & store.done_keys())
         _say(f"{name}: {len(cells)} cells ({done} already in {store.root}), {mod.TITLE}")
-        summary = run_sweep(spec, store, executor=executor, max_workers=workers, progress=progress)
+        try:
+            summary = run_sweep(spec, store, executor=executor, max_workers=workers, progress=progress)
+        except ParameterError as exc:  # the store is reproduce's out/store
+            raise ParameterError("out" if exc.param == "store" else exc.param, exc.message) from None
         result.cells = len(asked)
         result.computed += summary.computed
         if summary.failures:

@@ -33,7 +33,7 @@ from .. import __version__
 from ..errors import ParameterError
 from .routes import CellError, check_route, run_cell
 from .spec import Cell, SweepSpec, load_spec
-from .store import Store, StoreProblem
+from .store import Store, StoreProblem, store_error
 
 __all__ = ["run_sweep", "SweepSummary", "SweepInterrupted"]
 
@@ -197,7 +197,7 @@ def _run_dask(
     if own:
         try:
             client = Client(executor, timeout="30s")
-        except OSError as exc:
+        except (OSError, ValueError, TypeError) as exc:  # unreachable, or an address dask cannot read (http://)
             raise ParameterError("scheduler", f"cannot connect to {executor}: {exc}") from None
     else:
         client = executor
@@ -252,13 +252,16 @@ def run_sweep(
         raise ParameterError("workers", f"must be >= 1 (got {max_workers})")
     for route in spec.routes:  # before the store: a spec that cannot run creates no directory
         check_route(route, spec.settings)
-    if not isinstance(store, Store):
-        store = Store(Path(store))
-
-    summary = SweepSummary(spec=spec, store=store, total=len(spec.cells))
-    store.cleanup_temp()
-    summary.corrupt = store.verify(quarantine=True)
-    store.write_manifest(spec)
+    root = store.root if isinstance(store, Store) else Path(store)
+    try:  # a store directory the file system refuses: one ParameterError, not a traceback
+        if not isinstance(store, Store):
+            store = Store(root)
+        summary = SweepSummary(spec=spec, store=store, total=len(spec.cells))
+        store.cleanup_temp()
+        summary.corrupt = store.verify(quarantine=True)
+        store.write_manifest(spec)
+    except OSError as exc:
+        raise store_error(root, exc) from None
     done = store.done_keys()
     todo = [c for c in spec.cells if c.key not in done]
     summary.skipped = summary.total - len(todo)

@@ -35,9 +35,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import __version__
+from ..errors import ParameterError
 from .spec import SweepSpec, cell_key
 
-__all__ = ["Store", "StoreProblem", "KEY_RE"]
+__all__ = ["Store", "StoreProblem", "KEY_RE", "store_error"]
 
 KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 #: columns every cell file carries besides params and results
@@ -53,6 +54,14 @@ class StoreProblem:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
+
+
+def store_error(root: str | os.PathLike, exc: OSError, param: str = "store") -> ParameterError:
+    """The one-line error for a store directory the file system refuses (it cannot be created, ``cells`` is a file,
+    ``manifest.json`` a directory, no permission): names the option ``param``, the store and the failing path."""
+    where = f": '{exc.filename}'" if exc.filename else ""
+    where += f" -> '{exc.filename2}'" if getattr(exc, "filename2", None) else ""  # a rename's target
+    return ParameterError(param, f"cannot use '{root}' as a sweep store ({exc.strerror or exc}{where})")
 
 
 def _warn(message: str) -> None:
