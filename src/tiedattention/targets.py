@@ -17,6 +17,7 @@ Target specs as strings (the CLI's ``--target``): ``mp:0.5``, ``powerlaw:1.25``,
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,13 +75,16 @@ class SpectralMeasure:
     """mu = sum_i weights[i] * delta(atoms[i])  +  mp_mass * (MP law of kappa0, as in MPTarget).
 
     The MP part, when present, already contains its own atom at 0 (mass 1 - kappa0 of the part);
-    ``mp_mass`` scales the whole MP law. Total mass is 1.
+    ``mp_mass`` scales the whole MP law. Total mass is 1. ``d``: the dimension of a list-based target (its
+    atoms weigh multiples of 1/d: an eigenvalue repeated k times weighs k/d), None for the d -> infinity MP law
+    or a measure built by hand; the theory uses it to count the target modes in an outlier.
     """
 
     atoms: np.ndarray = field(default_factory=lambda: np.zeros(0))
     weights: np.ndarray = field(default_factory=lambda: np.zeros(0))
     mp_kappa0: float | None = None
     mp_mass: float = 0.0
+    d: int | None = None
 
     def __post_init__(self) -> None:
         a = np.asarray(self.atoms, dtype=float).ravel()
@@ -260,7 +264,7 @@ class PowerLawTarget(Target):
         if d is None:
             raise ParameterError("d", "a power-law target needs a finite dimension d for the theory")
         theta = self.eigenvalues(d)
-        return SpectralMeasure(atoms=theta, weights=np.full(d, 1.0 / d))
+        return SpectralMeasure(atoms=theta, weights=np.full(d, 1.0 / d), d=int(d))
 
 
 class SpikedTarget(Target):
@@ -273,6 +277,8 @@ class SpikedTarget(Target):
             raise ParameterError("target", "spikes: give at least one eigenvalue")
         if not all(np.isfinite(spikes)):
             raise ParameterError("target", "spikes must be finite numbers")
+        if bulk_kappa0 is None and not any(spikes):
+            raise ParameterError("target", "every spike is 0 and there is no bulk: S0 = 0 has nothing to learn")
         self.spikes = np.asarray(sorted(spikes, reverse=True), dtype=float)
         self.bulk = MPTarget(bulk_kappa0) if bulk_kappa0 is not None else None
         self.spec = "spikes:" + ",".join(_fmt(s) for s in self.spikes)
@@ -306,12 +312,14 @@ class SpikedTarget(Target):
         if d is None:
             raise ParameterError("d", "a spiked target needs a finite dimension d for the theory")
         k = self.spikes.size
+        if k >= d:  # (as sample(): weights 1/d each would leave the rest a mass 1 - k/d <= 0)
+            raise ParameterError("d", f"needs more than {k} dimensions for {k} spikes (got {d})")
         if self.bulk is None:
             atoms = np.concatenate([self.spikes, [0.0]])
             weights = np.concatenate([np.full(k, 1.0 / d), [1.0 - k / d]])
-            return SpectralMeasure(atoms=atoms, weights=weights)
+            return SpectralMeasure(atoms=atoms, weights=weights, d=int(d))
         return SpectralMeasure(
-            atoms=self.spikes, weights=np.full(k, 1.0 / d), mp_kappa0=self.bulk.kappa0, mp_mass=1.0 - k / d
+            atoms=self.spikes, weights=np.full(k, 1.0 / d), mp_kappa0=self.bulk.kappa0, mp_mass=1.0 - k / d, d=int(d)
         )
 
 
@@ -319,12 +327,19 @@ class CustomTarget(Target):
     """Any given list of eigenvalues. At another d, eigenvalues are taken at matching quantiles."""
 
     def __init__(self, eigenvalues: np.ndarray, spec: str = "custom"):
-        ev = np.asarray(eigenvalues, dtype=float)
-        if ev.ndim > 1:  # a matrix is not a list of eigenvalues (flattening it would silently make one up)
+        raw = np.asarray(eigenvalues)
+        if raw.dtype.kind not in "iuf":  # strings, complex, objects, booleans: not silently cast (or a traceback)
+            raise ParameterError("target", f"custom eigenvalues must be real numbers (got dtype {raw.dtype})")
+        ev = raw.astype(float)
+        if ev.ndim != 1:  # a matrix is not a list of eigenvalues (flattening it would silently make one up)
             raise ParameterError("target", f"custom eigenvalues must be a 1-D list (got an array of shape {ev.shape})")
-        ev = ev.ravel()
         if ev.size == 0 or not np.all(np.isfinite(ev)):
             raise ParameterError("target", "custom eigenvalues must be a non-empty list of finite numbers")
+        if ev.size < 2:
+            raise ParameterError("target", f"custom eigenvalues: give at least 2 (the list is S0's spectrum, d = its "
+                                 f"length; got {ev.size})")
+        if not np.any(ev):
+            raise ParameterError("target", "every custom eigenvalue is 0: S0 = 0 has nothing to learn")
         self.values = np.sort(ev)[::-1]
         self.spec = spec
 
@@ -337,7 +352,7 @@ class CustomTarget(Target):
 
     def measure(self, d: int | None = None) -> SpectralMeasure:
         ev = self.eigenvalues(d if d is not None else self.values.size)
-        return SpectralMeasure(atoms=ev, weights=np.full(ev.size, 1.0 / ev.size))
+        return SpectralMeasure(atoms=ev, weights=np.full(ev.size, 1.0 / ev.size), d=int(ev.size))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -389,8 +404,10 @@ def parse_target(spec: str | Target) -> Target:
     if kind == "file":
         path = Path(rest)
         try:
-            ev = np.load(path) if path.suffix == ".npy" else np.loadtxt(path)
-        except (OSError, ValueError) as exc:
+            with warnings.catch_warnings():  # an empty text file: the error below says so, not a warning first
+                warnings.simplefilter("ignore", UserWarning)
+                ev = np.load(path) if path.suffix == ".npy" else np.loadtxt(path)
+        except (OSError, ValueError, EOFError) as exc:
             raise ParameterError("target", f"cannot read eigenvalue file '{path}': {exc}") from None
         return CustomTarget(ev, spec=f"file:{path}")
     raise ParameterError(
