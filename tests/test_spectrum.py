@@ -1,6 +1,7 @@
 """General free-convolution solver against diagonalisation, outliers and overlaps, the learned-spectrum law, CLI."""
 
 import json
+import math
 import time
 
 import numpy as np
@@ -170,7 +171,7 @@ def test_spikes_below_d100_are_outliers_not_bulks():
     """A spike of a list-based target weighs 1/d: at d = 60 (1/60 > 0.01) it used to be drawn as a bulk of mass 1/60
     and never counted as an outlier. Now it is one, and at d = 60 and d = 600 the same two spikes give the same
     picture (both recovered, in order, as the only outliers; their eigenvalues move only through the d-dependent
-    MP part). At d >= 150 the limit is 0.01 as before."""
+    MP part)."""
     p = Problem.from_options(target="spikes:6,5+mp:0.2", lam=0.01)
     small, large = learned_spectrum(p, 0.5, d=60), learned_spectrum(p, 0.5, d=600)
     for sp in (small, large):
@@ -178,8 +179,11 @@ def test_spikes_below_d100_are_outliers_not_bulks():
         assert sp.outliers[0].eigenvalue > sp.outliers[1].eigenvalue > max(b[1] for b in sp.bulks)
         assert all(b[2] > 1.5 / 60 for b in sp.bulks)  # no bulk of one spike's mass left
     assert abs(small.outliers[0].eigenvalue - large.outliers[0].eigenvalue) < 0.05 * large.outliers[0].eigenvalue
-    assert outlier_weight_limit(parse_target("spikes:6,5+mp:0.2").measure(60)) == 1.5 / 60
-    assert outlier_weight_limit(parse_target("spikes:6,5+mp:0.2").measure(600)) == 0.01
+    # the limit is max(0.01, 1/sqrt(d), 1.5/d): 1/sqrt(d) lets a value repeated k <= sqrt(d) times be k outliers
+    # (tests/test_spectra_review.py), 0.01 from d = 10^4 on
+    assert outlier_weight_limit(parse_target("spikes:6,5+mp:0.2").measure(60)) == 1 / math.sqrt(60)
+    assert outlier_weight_limit(parse_target("spikes:6,5+mp:0.2").measure(600)) == 1 / math.sqrt(600)
+    assert outlier_weight_limit(parse_target("spikes:6,5+mp:0.2").measure(40000)) == 0.01
     assert outlier_weight_limit(parse_target("mp:0.5").measure()) == 0.01
 
 

@@ -56,7 +56,7 @@ from scipy import integrate
 from ..problem import Problem, alpha_bar
 from ..targets import SpectralMeasure
 from .spectral import FreeConvolution
-from .spectrum import spike_outlier
+from .spectrum import outlier_weight_limit, spike_outlier
 from .state_evolution import SEResult, StateEvolution
 
 __all__ = [
@@ -270,11 +270,12 @@ def denoiser_pieces(problem: Problem, measure: SpectralMeasure, res: SEResult, r
 
 
 def spectral_parts(problem: Problem, measure: SpectralMeasure, res: SEResult, c: float,
-                   max_outlier_weight: float = 0.01, rtol: float = 1e-10) -> dict[str, Any]:
+                   max_outlier_weight: float | None = None, rtol: float = 1e-10) -> dict[str, Any]:
     """The parts at a solved SE point (regular, interpolating or zero phase), by quadrature over rho_delta.
 
-    An atom of mu counts as a possible outlier when its weight is <= max_outlier_weight (as in
-    :mod:`.spectrum`): list targets need d >= 100 at the default 0.01.
+    An atom of mu counts as a possible outlier when its weight is <= max_outlier_weight (default
+    :func:`.spectrum.outlier_weight_limit`, the criterion of :mod:`.spectrum`, so that k* is the spectrum's
+    ``n_recovered`` at every d); k* counts a repeated target eigenvalue with its multiplicity.
 
     Returns c, q0, q, m (recomputed from the spectrum: they equal res.q, res.m at a converged point), dist,
     dist_{over,under,approx} (>= 0, exact sum = dist), mse, mse_{over,under,approx}, mse_mismatch (exact sum =
@@ -287,6 +288,8 @@ def spectral_parts(problem: Problem, measure: SpectralMeasure, res: SEResult, c:
     zero = {"q": 0.0, "m": 0.0, "a": 0.0, "oq": 0.0, "om": 0.0}
     if res.phase == "zero":
         return _assemble(c, q0, {"O": dict(zero), "B": dict(zero)}, q0, tail, 0)
+    if max_outlier_weight is None:
+        max_outlier_weight = outlier_weight_limit(measure)
     scale, eps, delta, linear, fc, cut, pieces = denoiser_pieces(problem, measure, res, rtol=rtol)
     t = fc.t
     comps = fc.bulks()
@@ -327,7 +330,9 @@ def spectral_parts(problem: Problem, measure: SpectralMeasure, res: SEResult, c:
             tot = p["q"][sel].sum(axis=0)
             groups[g] = dict(zip(("q", "m", "a", "oq", "om"), (float(v) for v in tot), strict=True))
     a_null = q0 - groups["O"]["a"] - groups["B"]["a"]
-    return _assemble(c, q0, groups, a_null, tail, len(recovered))
+    # target modes recovered: a value repeated k times in a list of d is k outliers (bump of mass k/d)
+    k_star = sum(max(1, int(round(comps[k]["mass"] * measure.d))) if measure.d else 1 for k in recovered)
+    return _assemble(c, q0, groups, a_null, tail, k_star)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -401,10 +406,38 @@ def _record(parts: dict[str, Any], e_fun, e_clean_fun, e0: float, e0_clean: floa
     return rec
 
 
-def _errors(se: StateEvolution):
-    ch = se.channel_final
+def _errors(se: StateEvolution, ch=None):
+    ch = se.channel_final if ch is None else ch
     return (lambda q, m: ch.test_error(q, m)[0] + se.error_offset,
             lambda q, m: ch.test_error(q, m, clean=True)[0])
+
+
+def _point_channel(se: StateEvolution, res: SEResult):
+    """The channel rule a point was solved with: the SE raises the Gauss-Hermite order (``quadrature`` "gh24", ...)
+    or re-solves with its QMC rule (past the interpolation peak at small lambda) where its own rule is not accurate
+    enough, and reports e_test from that rule. e(q, m) and e_0 must come from the same rule for the parts to add up
+    to e_test - e_0 (with se.channel_final they missed it by 1.5e-4 at lambda = 1e-4, alpha = 0.3)."""
+    base = se.channel_final
+    quad = res.quadrature or ""
+    if quad.startswith("gh") and base.rule == "gh" and quad[2:].isdigit() and int(quad[2:]) != base.order:
+        return se._order_solver(int(quad[2:])).channel_final
+    if quad.startswith("qmc") and base.rule == "gh":
+        return se._rough_solver().channel_final
+    return base
+
+
+def _saturation_on(se: StateEvolution, ch) -> tuple[float, float, float]:
+    """(e_0, c_0, e_0 clean) of :func:`saturation_point` on the channel ``ch``."""
+    from scipy import optimize
+
+    q0 = se.q0
+    r = se.problem.task.beta0 / se.problem.student.beta
+    out = []
+    for clean in (False, True):
+        res = optimize.minimize_scalar(lambda c, clean=clean: ch.test_error(c * c * q0, c * q0, clean=clean)[0],
+                                       bounds=(1e-3, 4.0 * r), method="bounded", options={"xatol": 1e-9})
+        out.append((float(res.fun) + (0.0 if clean else se.error_offset), float(res.x)))
+    return out[0][0], out[0][1], out[1][0]
 
 
 def saturation_point(se: StateEvolution) -> tuple[float, float, float]:
@@ -422,12 +455,15 @@ def decompose_point(se: StateEvolution, res: SEResult, c_inf: float | None = Non
     dist_{over,under,approx} (>= 0, exact sum = (1/d)||S_hat - c_inf S0||^2), k_star, converged, phase."""
     t0 = time.perf_counter()
     e0, c0, e0c = saturation if saturation is not None else saturation_point(se)
+    ch = _point_channel(se, res) if res.converged else se.channel_final
+    if ch is not se.channel_final:  # the point's own rule: e_0 (and c_0) on it too
+        e0, c0, e0c = _saturation_on(se, ch)
     c = c0 if c_inf is None else float(c_inf)
     rec: dict[str, Any] = {"alpha": res.alpha, "alpha_bar": res.alpha_bar, "e_test": res.test_error,
                            "e_test_clean": res.test_error_clean, "converged": bool(res.converged),
                            "phase": res.phase, "message": res.message}
     if res.converged:
-        e_fun, ec_fun = _errors(se)
+        e_fun, ec_fun = _errors(se, ch)
         parts = spectral_parts(se.problem, se.measure, res, c)
         qz = se.q0 + se.problem.task.noise / 2
         rec.update(_record(parts, e_fun, ec_fun, e0, e0c, qz, se.q0))

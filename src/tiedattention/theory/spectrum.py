@@ -69,6 +69,7 @@ class Outlier:
     eigenvalue: float  # learned eigenvalue of S_hat: s (y - eps) if recovered, else 0
     recovered: bool  # detached and above the cut
     delta_c: float = math.nan  # bump alone iff delta < delta_c (computed for detached outliers, else nan)
+    multiplicity: int = 1  # target modes at theta (a value repeated k times in a list of d: weight k/d)
 
     @property
     def singular_value(self) -> float:
@@ -96,8 +97,8 @@ class LearnedSpectrum:
 
     @property
     def n_recovered(self) -> int:
-        """k*: target eigenvalues learned as outliers (detached and above the cut)."""
-        return sum(o.recovered for o in self.outliers)
+        """k*: target eigenvalues learned as outliers (detached and above the cut), counted with multiplicity."""
+        return sum(o.multiplicity for o in self.outliers if o.recovered)
 
     @property
     def top(self) -> float:
@@ -147,7 +148,7 @@ class LearnedSpectrum:
             "outliers": [
                 {"theta": o.theta, "y": o.y, "y_bump": o.y_bump, "overlap": o.overlap, "detached": o.detached,
                  "eigenvalue": o.eigenvalue, "singular_value": o.singular_value, "recovered": o.recovered,
-                 "delta_c": o.delta_c}
+                 "delta_c": o.delta_c, "multiplicity": o.multiplicity}
                 for o in self.outliers
             ],
             "n_recovered": self.n_recovered,
@@ -245,6 +246,7 @@ def _outliers(fc: FreeConvolution, scale: float, eps: float, cut: float, max_wei
     out = []
     for k, i in enumerate(cand):
         theta = float(theta_all[i])
+        mult = max(1, int(round(weight_all[i] * mu.d))) if mu.d else 1
         y = theta + t * g[k]
         ov = 1.0 - t * f[k]
         b = alone.get(theta)
@@ -257,7 +259,7 @@ def _outliers(fc: FreeConvolution, scale: float, eps: float, cut: float, max_wei
         recovered = bool(detached and pos > cut)
         out.append(Outlier(theta=theta, y=float(y), y_bump=y_bump, overlap=float(max(ov, 0.0)) if detached else 0.0,
                            detached=bool(detached), eigenvalue=float(scale * (pos - eps)) if recovered else 0.0,
-                           recovered=recovered, delta_c=float(dc[k])))
+                           recovered=recovered, delta_c=float(dc[k]), multiplicity=mult))
     out.sort(key=lambda o: -o.theta)
     return out
 
@@ -270,10 +272,16 @@ OUTLIER_WEIGHT = 0.01
 
 
 def outlier_weight_limit(measure: SpectralMeasure) -> float:
-    """The largest weight of a target atom that counts as an isolated mode (an outlier candidate):
-    :data:`OUTLIER_WEIGHT`, or 1.5 x the lightest nonzero atom where that is larger. A spike of a list-based
-    target at dimension d weighs 1/d, more than 0.01 below d = 100: without the second term it was drawn as a
-    bulk of mass 1/d and never counted as an outlier there. For d >= 150 the limit is 0.01 (unchanged)."""
+    """The largest weight of a target atom that counts as an isolated mode (an outlier candidate).
+
+    For a list-based target of dimension d (``measure.d``): max(:data:`OUTLIER_WEIGHT`, 1/sqrt(d), 1.5/d). A spike
+    weighs 1/d, more than 0.01 below d = 100 (it used to be drawn as a bulk of mass 1/d there); a value repeated k
+    times weighs k/d and is k outliers at one place as long as k <= sqrt(d) (spikes 3, 3, 3 at d = 100: three
+    learned eigenvalues next to each other in training), while an atom of macroscopic weight (a custom list with
+    repeated levels, S0 = c I) is a bulk of its own, not a spike: its weight stays above the limit as d grows.
+    Without ``measure.d`` (a measure built by hand): 0.01, or 1.5 x the lightest nonzero atom where larger."""
+    if measure.d:
+        return max(OUTLIER_WEIGHT, 1.0 / math.sqrt(measure.d), 1.5 / measure.d)
     atoms, weights = measure.point_masses()
     w = weights[(atoms != 0.0) & (weights > 0)]
     return max(OUTLIER_WEIGHT, 1.5 * float(w.min())) if w.size else OUTLIER_WEIGHT
