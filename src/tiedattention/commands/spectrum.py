@@ -53,6 +53,13 @@ def spectrum_cmd(
         check_output_file(out, "out", suffix=".png")
         record = spectrum_record(problem, alpha, d=d, seeds=seeds, solver=solver, device=device,
                                  theory_d=theory_d, out=out, joint_law=joint_law)
+    if not record["converged"]:  # says so (and nothing is drawn or simulated) instead of a traceback
+        if json:
+            emit_json(record)
+        else:
+            typer.echo(f"alpha={alpha:g}: the state evolution did not converge ({record['message']}): no spectrum",
+                       err=True)
+        raise typer.Exit(code=1)
     if json:
         emit_json(record)
         return
@@ -66,7 +73,8 @@ def spectrum_cmd(
         dc = f", detached while delta < {o['delta_c']:.4g}" if o["detached"] else ""
         jl = (f", joint law {o['eigenvalue_joint_law']:.4f} +- {o['eigenvalue_joint_law_error']:.4f}"
               if "eigenvalue_joint_law" in o else "")
-        typer.echo(f"  theta={o['theta']:.4g}: eigenvalue {o['eigenvalue']:.4f}{jl} overlap {o['overlap']:.4f} "
+        mult = f" (x{o['multiplicity']})" if o["multiplicity"] > 1 else ""
+        typer.echo(f"  theta={o['theta']:.4g}{mult}: eigenvalue {o['eigenvalue']:.4f}{jl} overlap {o['overlap']:.4f} "
                    f"{'recovered' if o['recovered'] else 'not recovered'} (delta = {th['delta']:.4g}{dc})")
     if "simulation" in record:
         s = record["simulation"]
@@ -80,6 +88,8 @@ def spectrum_record(problem, alpha: float, d: int | None = None, seeds: int = 4,
                     device: str = "cpu", theory_d: int | None = None, out: Path | None = None,
                     joint_law: int = 0) -> dict[str, Any]:
     """Theory (and, with d, simulation) of the learned spectrum as one JSON-ready record; draws ``out``.
+    ``converged`` and ``message`` are the SE point's; where it did not converge ``theory`` is None and nothing is
+    simulated or drawn.
 
     ``joint_law`` = K > 0: the recovered outliers among the top K target modes are also given corrected for the
     exact law of the strong modes' logits (the top K modes and the target's MP part explicit):
@@ -90,8 +100,13 @@ def spectrum_record(problem, alpha: float, d: int | None = None, seeds: int = 4,
 
     se = StateEvolution(problem, d=theory_d if theory_d is not None else d)
     res = se.solve(alpha)
+    record: dict[str, Any] = {"alpha": alpha, "target": str(problem.task.target), "converged": bool(res.converged),
+                              "message": res.message}
+    if not res.converged:  # no law to give (spectrum_from_result refuses): the caller reports it
+        record["theory"] = None
+        return record
     sp = spectrum_from_result(problem, se.measure, res)
-    record: dict[str, Any] = {"alpha": alpha, "target": str(problem.task.target), "theory": sp.to_dict()}
+    record["theory"] = sp.to_dict()
     if joint_law:
         _add_joint_law(problem, se, res, record["theory"], theory_d if theory_d is not None else d, joint_law)
     sim = None
