@@ -69,7 +69,8 @@ def scaling(
         str, typer.Option("--lam-rule", help="optimal | fixed:LAM | power:P[:LAM1] (lambda = LAM1 (n/d)^P/sqrt(d))")
     ] = "optimal",
     kmin: Annotated[int, typer.Option("--kmin", help="fit only points with k* >= kmin")] = 3,
-    kmax_frac: Annotated[float, typer.Option("--kmax-frac", help="finite d: fit only points with k* <= frac d")] = 0.25,
+    kmax_frac: Annotated[float, typer.Option(
+        "--kmax-frac", help="fit only points with k* <= frac d (finite d; frac R with powerlaw:G:cutoff=R)")] = 0.25,
     out: Annotated[
         Path | None, typer.Option("--out", help="write a log-log figure (.png, .pdf or .svg)")
     ] = None,
@@ -144,19 +145,24 @@ def scaling(
                     r["n"] = r["alpha"] * d_val**2
                 if joint_law:
                     _add_joint_law(problem, records, d_val, joint_law, bar)
-        kcap = math.inf if d_inf else kmax_frac * d_val
+        # the fit window 1 << k* << (modes the target has): d, and a cutoff's rank R also at d = inf (all R modes
+        # recovered is the parametric regime, f = 1, not the power law's)
+        n_modes = min(math.inf if d_inf else d_val, tgt.cutoff if tgt.cutoff is not None else math.inf)
+        kcap = kmax_frac * n_modes
         use = [r for r in records if r["converged"] and r["excess"] > 0 and kmin <= r["k_star"] <= kcap]
         x = [r["nu"] if d_inf else r["n"] for r in use]
         try:
             fit = fit_exponent(x, [r["excess"] for r in use])
         except ValueError as exc:
-            fit = {"fitted_exponent": None, "fitted_exponent_ci": None, "message": str(exc), "points": len(use)}
+            window = f"{kmin} <= k* <= {kcap:g}: {len(use)} of {len(records)} points"
+            fit = {"fitted_exponent": None, "fitted_exponent_ci": None, "message": f"{exc} (fit window {window})",
+                   "points": len(use)}
         f_pred, regime = predicted_exponent(tgt.gamma, rule, kappa=kappa, d_inf=d_inf, model=model)
         if joint_law:
             fit.update(_joint_fit(use, x))
         summary = {"summary": True, "target": tgt.spec, "d": None if d_inf else d_val, "lam_rule": rule.spec, **fit,
                    "predicted_exponent": f_pred, "regime": regime,
-                   "fit_window": {"k_star_min": kmin, "k_star_max": None if d_inf else kcap},
+                   "fit_window": {"k_star_min": kmin, "k_star_max": None if math.isinf(kcap) else kcap},
                    "all_converged": all(r["converged"] for r in records)}
     if out is not None:
         _figure(out, records, use, d_inf, summary)
@@ -181,6 +187,8 @@ def scaling(
     fe = summary["fitted_exponent"]
     con.print(f"fitted exponent {fe if fe is None else round(fe, 4)} (CI {summary['fitted_exponent_ci']}), "
               f"predicted {f_pred:.4f}: {regime}")
+    if fe is None:
+        con.print(f"no fit: {summary['message']}")
     if joint_law:
         fj = summary.get("fitted_exponent_joint_law")
         con.print(f"joint law (top {joint_law} modes): fitted exponent {fj if fj is None else round(fj, 4)}")
@@ -231,7 +239,7 @@ def _figure(path, records, use, d_inf, summary) -> None:
     fig, ax = plt.subplots(figsize=(5, 4))
     xs = [r[key] for r in records if r["excess"] > 0]
     ax.loglog(xs, [r["excess"] for r in records if r["excess"] > 0], "o-", ms=3, label="state evolution")
-    if summary.get("fitted_exponent") is not None and use:
+    if summary.get("fitted_exponent") is not None and use and math.isfinite(summary["predicted_exponent"]):
         x0 = np.array([use[0][key], use[-1][key]])
         y0 = use[0]["excess"] * (x0 / x0[0]) ** (-summary["predicted_exponent"])
         ax.loglog(x0, y0, "k--", label=f"slope -{summary['predicted_exponent']:.3f} (derived)")

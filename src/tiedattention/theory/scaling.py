@@ -1143,7 +1143,8 @@ def fit_exponent(n, excess, level: float = 0.95) -> dict[str, float]:
 def predicted_exponent(gamma: float, rule: LamRule, kappa: float = 1.0, d_inf: bool = False,
                        model: str = "factorized") -> tuple[float, str]:
     """The derived exponent f of e_test - e_0 ~ n^{-f} and the regime's name (docs/theory/scaling.md, section 4),
-    for 1 << k*(n) << d (finite d) or every n (d = inf). gamma > 1/2. ``model`` "direct" (ridge on S): the
+    for 1 << k*(n) << d (finite d) or every n (d = inf). The rates through 1 - 1/(2 gamma) need gamma > 1/2 (else
+    nan, "not derived"). ``model`` "direct" (ridge on S): the
     estimator is the linear shrinkage c (S0 + delta Z), which keeps the noise in every direction, so f = 1 for
     the optimal and fixed rules (nan, "not derived", for the power rules; section 5)."""
     base = 1.0 - 1.0 / (2.0 * gamma)
@@ -1153,14 +1154,20 @@ def predicted_exponent(gamma: float, rule: LamRule, kappa: float = 1.0, d_inf: b
         return math.nan, "direct (ridge) with a power rule: not derived"
     if kappa < 1 and not d_inf:
         return 0.0, "width-limited (kappa < 1): excess saturates at the rank-p tail ~ p^(1-2 gamma)"
+    # the exponents through 1 - 1/(2 gamma) assume gamma > 1/2 (<= 0 would say the error does not fall with n)
+    not_derived = math.nan, "gamma <= 1/2: not derived (the target's energy is not carried by its top modes)"
     if rule.kind == "optimal":
+        if not gamma > 0.5:
+            return not_derived
         return base, "optimal lambda: f = 1 - 1/(2 gamma)"
     if rule.kind == "fixed":
         return 1.0, "under-regularised (fixed lambda, eps/delta -> 0): noise bulk fitted, f = 1"
     p = rule.p
+    if p >= 1:
+        return 0.0, "over-regularised with p >= 1: nothing more is learned"
+    if p >= 0.5 and not gamma > 0.5:
+        return not_derived
     if p > 0.5:
-        if p >= 1:
-            return 0.0, "over-regularised with p >= 1: nothing more is learned"
         return 2.0 * (1.0 - p) * base, "over-regularised (lambda ~ n^p, p > 1/2): f = 2(1-p)(1 - 1/(2 gamma))"
     if p == 0.5:
         return base, "critical (lambda ~ n^(1/2), eps/delta -> const): f = 1 - 1/(2 gamma)"
