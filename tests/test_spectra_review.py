@@ -231,3 +231,11 @@ def test_decomposition_adds_up_at_a_point_solved_with_a_raised_order():
         parts = sum(rec[f"E_{k}{tag}"] for k in ("over", "under", "approx", "mismatch"))
         assert parts == pytest.approx(rec[f"e_test{tag}"] - rec[f"e_0{tag}"], abs=1e-10)
     assert rec["E_mismatch"] == pytest.approx(0.0, abs=1e-10) and rec["E_mismatch_clean"] > 0
+
+
+def test_spectrum_joint_law_beyond_d_names_its_option():
+    """--joint-law 100 at --theory-d 50 said "error: --k: must be <= d = 50" (strong_modes' parameter name, after
+    the SE solve); now --joint-law, before anything is computed."""
+    res = CliRunner().invoke(app, ["spectrum", "--alpha", "0.1", "--target", "spikes:10,8,6.5+mp:0.2",
+                                   "--theory-d", "50", "--joint-law", "100"])
+    assert "<= d = 50" in _one_error_line(res, "--joint-law")

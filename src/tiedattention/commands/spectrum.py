@@ -50,6 +50,9 @@ def spectrum_cmd(
             raise ParameterError("joint-law", f"must be >= 0 (got {joint_law})")
         if joint_law and (theory_d if theory_d is not None else d) is None:
             raise ParameterError("joint-law", "needs a finite dimension: give --d or --theory-d")
+        if joint_law > (theory_d if theory_d is not None else d or 0) > 0:  # (was "--k: must be <= d", after the SE)
+            raise ParameterError("joint-law", f"must be <= d = {theory_d if theory_d is not None else d} "
+                                              f"(got {joint_law})")
         check_output_file(out, "out", suffix=".png")
         record = spectrum_record(problem, alpha, d=d, seeds=seeds, solver=solver, device=device,
                                  theory_d=theory_d, out=out, joint_law=joint_law)
