@@ -239,3 +239,17 @@ def test_spectrum_joint_law_beyond_d_names_its_option():
     res = CliRunner().invoke(app, ["spectrum", "--alpha", "0.1", "--target", "spikes:10,8,6.5+mp:0.2",
                                    "--theory-d", "50", "--joint-law", "100"])
     assert "<= d = 50" in _one_error_line(res, "--joint-law")
+
+
+@pytest.mark.parametrize("args, name", [(["--solver", "foo"], "--solver"), (["--device", "tpu"], "--device"),
+                                        (["--alpha", "1e-4"], "--alpha")])
+def test_spectrum_simulation_options_checked_before_the_theory(monkeypatch, args, name):
+    """A bad --solver / --device or an alpha giving n = 0 at --d was refused only after the SE had been solved."""
+    from tiedattention.theory import state_evolution
+
+    def no_solve(*a, **k):
+        raise AssertionError("the SE was solved before the options were checked")
+
+    monkeypatch.setattr(state_evolution.StateEvolution, "solve", no_solve)
+    res = CliRunner().invoke(app, ["spectrum", "--alpha", "0.5", "--d", "20", "--seeds", "1", *args])
+    _one_error_line(res, name)

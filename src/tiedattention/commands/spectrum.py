@@ -54,6 +54,13 @@ def spectrum_cmd(
             raise ParameterError("joint-law", f"must be <= d = {theory_d if theory_d is not None else d} "
                                               f"(got {joint_law})")
         check_output_file(out, "out", suffix=".png")
+        if d is not None:  # the simulation's options, before the theory is computed (not after it)
+            from ..simulation import SOLVERS, n_of, resolve_device
+
+            if solver not in SOLVERS:
+                raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
+            resolve_device(device)
+            n_of(alpha, d)
         record = spectrum_record(problem, alpha, d=d, seeds=seeds, solver=solver, device=device,
                                  theory_d=theory_d, out=out, joint_law=joint_law)
     if not record["converged"]:  # says so (and nothing is drawn or simulated) instead of a traceback
