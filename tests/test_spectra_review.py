@@ -253,3 +253,13 @@ def test_spectrum_simulation_options_checked_before_the_theory(monkeypatch, args
     monkeypatch.setattr(state_evolution.StateEvolution, "solve", no_solve)
     res = CliRunner().invoke(app, ["spectrum", "--alpha", "0.5", "--d", "20", "--seeds", "1", *args])
     _one_error_line(res, name)
+
+
+def test_decompose_table_shows_the_simulations():
+    """`decompose --d D --seeds K` trained K students and printed only the theory table: the estimates (the reason
+    to pass --seeds) were in --json only. Now a second table with them."""
+    res = CliRunner().invoke(app, ["decompose", "--alpha", "0.5", "--d", "12", "--seeds", "2", "--n-test", "100"])
+    assert res.exit_code == 0, res.output
+    assert "finite-d estimators: d=12, 2 prox ERM run(s)" in res.stdout
+    row = [line for line in res.stdout.splitlines() if "±" in line and "│" in line]
+    assert len(row) == 1 and row[0].count("±") == 7

@@ -132,5 +132,21 @@ def decompose(
                 f"{r[f'E_{k}']:.5f}" for k in ("over", "under", "approx", "mismatch")),
                 f"{r.get('mse', float('nan')):.5f}", str(r.get("k_star", "")), "yes" if r["converged"] else "NO")
         print_table(table, min_width=130)
+        if seeds > 0:  # the simulations' estimates of the same parts (they were only in --json)
+            sim = Table(title=f"finite-d estimators: d={d}, {seeds} prox ERM run(s) per α (mean ± s.e.)")
+            for col in ("α", "test error", "e_test(q, m)", "E_over", "E_under", "E_approx", "E_mismatch", "MSE"):
+                sim.add_column(col, justify="right")
+            for r in records:
+                if "sim_E_over_mean" not in r:
+                    sim.add_row(f"{r['alpha']:.4g}", r.get("sim_message", "-"), *[""] * 6)
+                    continue
+
+                def pm(key: str, r=r) -> str:
+                    sem = r[f"sim_{key}_sem"]
+                    return f"{r[f'sim_{key}_mean']:.5f}" + ("" if math.isnan(sem) else f" ± {sem:.5f}")
+
+                sim.add_row(f"{r['alpha']:.4g}", pm("test_error"), pm("e_test_qm"),
+                            *(pm(f"E_{k}") for k in ("over", "under", "approx", "mismatch")), pm("mse"))
+            print_table(sim, min_width=130)
     if not all(r["converged"] for r in records):
         raise typer.Exit(code=1)
