@@ -170,3 +170,25 @@ def test_a_write_that_fails_mid_run_is_one_line_and_keeps_finished_cells(tmp_pat
     line = _one_line(res, "sweep: ")
     assert "No space left on device" in line and "run the same command again" in line
     assert len(Store(tmp_path / "s").done_keys()) == 1 and Store(tmp_path / "s").verify() == []
+
+
+def test_corrupt_file_of_another_spec_is_not_said_to_be_recomputed(tmp_path):
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    spec_path = tmp_path / "grid.toml"
+    spec_path.write_text('[grid]\nalpha = [0.1]\n[run]\nroutes = ["sleep"]\n')
+    spec = parse_spec(spec_path.read_text())
+    store = Store(tmp_path / "s")
+    mine, other = store.path_for(spec.keys[0]), store.path_for("a" * 64)
+    mine.write_text("truncated")
+    other.write_text("garbage")
+    res = CliRunner().invoke(app, ["sweep", str(spec_path), "--out", str(store.root), "--workers", "1",
+                                   "--no-progress"])
+    assert res.exit_code == 0, res.output
+    said = [x for x in res.stderr.splitlines() if x.startswith("sweep: ") and "corrupt cell file" in x]
+    assert said == [f"sweep: recomputed a corrupt cell file: {mine}",
+                    f"sweep: moved a corrupt cell file aside: {other} (not a cell of this spec)"]
+    assert store.verify() == [] and sorted(store.done_keys()) == spec.keys
+    assert len(list(store.corrupt_dir.iterdir())) == 2

@@ -75,8 +75,12 @@ def register(app: typer.Typer) -> None:
                     raise ParameterError("out" if exc.param == "store" else exc.param, exc.message) from None
 
         typer.echo(f"sweep: {summary.line()} in {summary.seconds:.1f} s", err=True)
-        for problem in summary.corrupt:
-            typer.echo(f"sweep: recomputed a corrupt cell file: {problem.path}", err=True)
+        for problem in summary.corrupt:  # (moved to corrupt/ by run_sweep; only this spec's cells were recomputed)
+            if problem.path.stem not in set(sweep_spec.keys):
+                typer.echo(f"sweep: moved a corrupt cell file aside: {problem.path} (not a cell of this spec)",
+                           err=True)
+            elif problem.path.stem not in summary.failures:
+                typer.echo(f"sweep: recomputed a corrupt cell file: {problem.path}", err=True)
         if summary.failures:
             by_key = {c.key: c for c in sweep_spec.cells}
             for i, (key, message) in enumerate(summary.failures.items()):
