@@ -45,3 +45,57 @@ def test_thresholds_cli_noiseless_no_traceback(args):
     assert res.exit_code == 0, res.output
     th = json.loads(res.stdout.strip().splitlines()[-1])
     assert 0.43 < th["interpolation"] <= 0.4375 + 1e-12
+
+
+def _solve(alpha, **options):
+    from tiedattention import Problem
+    from tiedattention.theory import solve
+
+    d = options.pop("d", None)
+    return solve(Problem.from_options(**options), alpha, d=d)
+
+
+@pytest.mark.parametrize("alpha", [0.215, 0.5, 1.0])
+def test_noiseless_lambda0_above_perfect_recovery(alpha):
+    """Delta = 0, lambda -> 0+ above perfect recovery (alpha_bar_PR = 0.4222): S_hat = S0 exactly, rank kappa0.
+
+    Before: alpha = 0.215 (alpha_bar in [PR, interpolation)) reported rank NaN ("nan" in the table); alpha = 0.5, 1
+    went through the lambda = 0 regular SE with eps = 0 exactly, which counts half of the target's null space as
+    fitted: rank 0.75 (the lambda -> 0+ limit, solved at lambda = 1e-3 and 1e-6, has rank 0.5), after 70 iterations
+    "converged to the quadrature accuracy"."""
+    r = _solve(alpha, noise=0.0, lam=0.0)
+    assert r.converged and r.phase == "interpolating"
+    assert r.mse == pytest.approx(0.0, abs=1e-12) and r.q == pytest.approx(1.5) and r.m == pytest.approx(1.5)
+    assert r.test_error == pytest.approx(0.0, abs=1e-12) and r.train_error == 0.0
+    assert r.rank == pytest.approx(0.5, abs=1e-12)
+    assert "perfect recovery" in r.message
+
+
+def test_noiseless_lambda0_perfect_recovery_other_students():
+    """Narrow students with kappa >= kappa0 recover S0 too (kappa = 0.7: a traceback before; kappa = 0.5: 60 s and
+    not converged), a spiked target (d = 50: "matrix side returned q=-inf"), and beta != beta0: S_hat = (beta0/beta)
+    S0, so the MSE on S is Q0 (1 - beta0/beta)^2 while the predictions are exact."""
+    for kappa in (0.5, 0.7):
+        r = _solve(0.5, noise=0.0, lam=0.0, kappa=kappa)
+        assert r.converged and r.mse == pytest.approx(0.0, abs=1e-12) and r.rank == pytest.approx(0.5)
+    r = _solve(0.5, noise=0.0, lam=0.0, target="spikes:3,2,1", d=50)
+    assert r.converged and r.mse == pytest.approx(0.0, abs=1e-12) and r.rank == pytest.approx(3 / 50)
+    r = _solve(0.5, noise=0.0, lam=0.0, beta=2.0, beta0=1.0)
+    assert r.converged and r.q == pytest.approx(1.5 / 4) and r.m == pytest.approx(1.5 / 2)
+    assert r.mse == pytest.approx(1.5 / 4) and r.test_error == pytest.approx(0.0, abs=1e-12)
+    # below perfect recovery (alpha_bar = 0.4 < 0.4222) the interpolating phase itself: MSE > 0, rank > kappa0
+    r = _solve(0.2, noise=0.0, lam=0.0)
+    assert r.converged and r.mse > 1e-3 and r.rank > 0.5
+
+
+def test_order_bounds_and_ignored_at_t3():
+    """--order 1000 was accepted and died with a numpy MemoryError traceback (a 1000^4 index grid); it is refused
+    in one line. At T >= 3 the channel is a QMC rule and --order is ignored: a warning says so."""
+    res = runner.invoke(app, ["theory", "--alpha", "1", "--order", "1000", "--json"])
+    assert res.exit_code == 2 and "error: --order:" in res.output and "Traceback" not in res.output
+    res = runner.invoke(app, ["theory", "--alpha", "1", "--order", "65", "--json"])
+    assert res.exit_code == 2 and "error: --order:" in res.output
+    res = runner.invoke(app, ["theory", "--alpha", "2", "--tokens", "3", "--order", "8", "--lam", "1",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    assert "--order" in res.stderr and "ignores it" in res.stderr

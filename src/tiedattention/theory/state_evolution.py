@@ -336,7 +336,9 @@ class StateEvolution:
         lam = self.problem.student.lam
         abar = alpha_bar(alpha, self.problem.task.tokens)
         # lambda -> 0+ interpolating phase (narrow students: denoisers.solve_narrow_interpolating_phase)
-        if lam == 0.0 and self.problem.task.noise_out == 0.0 and abar < self.interpolation_alpha_bar():
+        if lam == 0.0 and self.problem.task.noise_out == 0.0 and self._recovers(abar):
+            res = self._perfect_recovery(alpha)
+        elif lam == 0.0 and self.problem.task.noise_out == 0.0 and abar < self.interpolation_alpha_bar():
             res = self._solve_interpolating(alpha)
         else:
             res = self._solve_regular(alpha, init)
@@ -888,6 +890,43 @@ class StateEvolution:
             else:
                 self._inter_abar = interpolation_threshold(self.measure, self.problem.task.noise, model=st.model)
         return self._inter_abar
+
+    def _recovers(self, abar: float) -> bool:
+        """Noiseless factorised lambda -> 0+ at or above perfect recovery (a student of rank >= the target's)."""
+        from .thresholds import perfect_recovery_factorized, rank_fraction
+
+        st = self.problem.student
+        if self.problem.task.noise != 0.0 or st.model != "factorized":
+            return False
+        kappa0 = rank_fraction(self.measure)
+        return st.kappa >= kappa0 and abar >= perfect_recovery_factorized(kappa0)
+
+    def _perfect_recovery(self, alpha: float) -> SEResult:
+        """Noiseless, lambda -> 0+, alpha_bar >= alpha_bar_PR: the minimum-nuclear-norm interpolator is
+        S_hat = (beta0/beta) S0 exactly (also for a narrow student of rank >= the target's, whose feasible set holds
+        it), so q = r^2 Q0, m = r Q0 and its rank is the target's kappa0. Below the Delta -> 0+ interpolation
+        threshold Sigma diverges like 1/lambda (inf, conjugates 0, as in the interpolating phase); above it Sigma
+        and the conjugates stay finite in the limit but are not computed here (NaN; the lambda = 0 SE with eps = 0
+        exactly is another fixed point, rank 0.75 for MP 0.5 instead of the limit's 0.5)."""
+        from .thresholds import rank_fraction
+
+        abar = alpha_bar(alpha, self.problem.task.tokens)
+        r = self.problem.task.beta0 / self.problem.student.beta
+        q, m = r * r * self.q0, r * self.q0
+        below = abar < self.interpolation_alpha_bar()
+        nan = float("nan")
+        sigma, conj = (math.inf, 0.0) if below else (nan, nan)
+        te, te_err = self.channel_final.test_error(q, m, clean=False)
+        tc, tc_err = self.channel_final.test_error(q, m, clean=True)
+        return SEResult(
+            alpha=alpha, alpha_bar=abar, q=q, m=m, sigma=sigma, q_hat=conj, m_hat=conj, sigma_hat=conj,
+            delta=0.0, eps=0.0, mse=self.q0 - 2 * m + q, test_error=te + self.error_offset, test_error_clean=tc,
+            train_error=self.error_offset, objective=alpha * self.error_offset, rank=rank_fraction(self.measure),
+            converged=True, iterations=0, residual=0.0, seconds=0.0, phase="interpolating",
+            message="perfect recovery (noiseless, lambda -> 0+): S_hat = (beta0/beta) S0" + (
+                "" if below else "; Sigma and the conjugates (finite in this limit) are not computed"),
+            errors={"test_error": te_err, "test_error_clean": tc_err},
+        )
 
     def _solve_interpolating(self, alpha: float) -> SEResult:
         abar = alpha_bar(alpha, self.problem.task.tokens)
