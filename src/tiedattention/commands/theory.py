@@ -20,6 +20,7 @@ from ..cli_common import (
 from ..errors import ParameterError
 from ..problem import Problem
 
+MAX_ORDER = 64  # --order: the T = 2 channel's Gauss-Hermite grid has order^4 nodes (64: 1.7e7)
 LAM_DEFAULT = {name: default for name, _, default in PROBLEM_OPTIONS}["lam"]  # warned about with --optimal-lam
 
 
@@ -33,7 +34,8 @@ def theory(
     alpha: Annotated[str, typer.Option("--alpha", help="α = n/d² values: a,b,c or start:stop:num (log)")],
     d: Annotated[int | None, typer.Option("--d", help="dimension for list-based targets (power law, spikes)")] = None,
     tol: Annotated[float, typer.Option("--tol", help="fixed-point tolerance (relative residual)")] = 1e-10,
-    order: Annotated[int | None, typer.Option("--order", help="Gauss-Hermite order per dimension (T=2)")] = None,
+    order: Annotated[int | None, typer.Option(
+        "--order", help="Gauss-Hermite order per dimension (T=2; 2-64; default 16, raised per --accuracy)")] = None,
     accuracy: Annotated[float, typer.Option(
         "--accuracy", help="T=2: raise the Gauss-Hermite order (x1.5, up to 54) where the fixed point's own "
         "quadrature error of the test error (err_fixed_point_test_error) exceeds this")] = 1e-3,
@@ -74,8 +76,11 @@ def theory(
         lam_bounds = parse_lam_range(lam_range)
         options = {"tol": tol, "accuracy": accuracy}
         if order is not None:
-            if order < 2:
-                raise ParameterError("order", f"must be >= 2 (got {order})")
+            if not 2 <= order <= MAX_ORDER:  # the T = 2 rule is an order^4 grid: 1000 died of a MemoryError
+                raise ParameterError("order", f"must be between 2 and {MAX_ORDER} (got {order})")
+            if problem.task.tokens > 2:
+                typer.echo(f"warning: --order is the Gauss-Hermite order of T = 2; T = {problem.task.tokens} uses a "
+                           "QMC rule and ignores it", err=True)
             options["channel_options"] = {"order": order}
         if out is not None:
             from ..reproduce.curves import check_out
