@@ -132,3 +132,38 @@ def test_api_misuse_names_the_parameter():
         with pytest.raises(ParameterError) as exc:
             call()
         assert exc.value.param == name
+
+
+@pytest.mark.parametrize("noise,beta0", [(0.5, 1.0), (0.0, 2.0)])
+def test_uniform_attention_test_error_by_a_second_route(noise, beta0):
+    """S_hat = 0 predicts uniform attention 1/T. At T = 2 its test error is 4 E(sigmoid(beta0 z) - 1/2)^2 with
+    z = h11 - h12 + noise, and given x1 the law of z is exactly Gaussian at finite d:
+    N((x1^T S0 x1 - Tr S0)/sqrt(d), |S0 x1|^2/d + 1.5 Delta) (the noise, if any, only in the noisy label).
+    Integrating that 1-D Gaussian by Gauss-Hermite over fresh x1 is a second route to the sampler's trace
+    removal, noise covariance and beta0; as d grows both approach the d -> infinity value (Gaussian z of variance
+    3 Q0 + 1.5 Delta), about 0.44 in the reference setting (THEORY.md section 3)."""
+    from tiedattention.simulation import rng_for, test_errors
+
+    pb = Problem.from_options(noise=noise, beta0=beta0)
+    d, n_test = 40, 20000
+    S0 = pb.task.target.sample(d, rng_for(0, "target"))
+    sim = test_errors(pb, np.zeros((d, d)), S0, seed=0, n_test=n_test)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(60)
+    weights = weights / weights.sum()
+    x1 = np.random.default_rng(7).standard_normal((n_test, d))
+    mean = (np.einsum("ni,ij,nj->n", x1, S0, x1) - np.trace(S0)) / np.sqrt(d)
+    Q0 = float((S0 * S0).sum() / d)
+    limit = {}
+    for kind, extra in (("test_error", 1.5 * noise), ("test_error_clean", 0.0)):
+        sd = np.sqrt(((x1 @ S0) ** 2).sum(axis=1) / d + extra)
+        z = mean[:, None] + sd[:, None] * nodes[None, :]
+        per = 4 * ((1 / (1 + np.exp(-beta0 * z)) - 0.5) ** 2 @ weights)
+        second, second_sem = per.mean(), per.std(ddof=1) / np.sqrt(n_test)
+        tol = 4 * np.hypot(sim[f"{kind}_sem"], second_sem)
+        assert abs(sim[kind] - second) < tol, (kind, sim[kind], second, tol)
+        z = np.sqrt(3 * Q0 + extra) * nodes
+        limit[kind] = float(4 * ((1 / (1 + np.exp(-beta0 * z)) - 0.5) ** 2 @ weights))
+        assert abs(sim[kind] - limit[kind]) < 1.0 / d  # the finite-d logits' fourth cumulant: O(1/d)
+    if noise == 0.5 and beta0 == 1.0:  # the reference value, at the limit's Q0 = 1 + kappa0 = 1.5
+        z = np.sqrt(3 * 1.5 + 1.5 * noise) * nodes
+        assert float(4 * ((1 / (1 + np.exp(-z)) - 0.5) ** 2 @ weights)) == pytest.approx(0.44, abs=0.005)
