@@ -263,3 +263,12 @@ def test_decompose_table_shows_the_simulations():
     assert "finite-d estimators: d=12, 2 prox ERM run(s)" in res.stdout
     row = [line for line in res.stdout.splitlines() if "±" in line and "│" in line]
     assert len(row) == 1 and row[0].count("±") == 7
+
+
+def test_null_space_component_is_a_bulk_even_when_light():
+    """spikes:3,2,1 at d = 4, alpha = 2: the noise bulk grown out of S0's null space (mass 1/4 at most) was light
+    enough to be taken for an outlier candidate, and theta = 0 is never an outlier, so it vanished from the law
+    (atom + bulks + outliers = 0.904). It is a bulk."""
+    p, se, res, sp = _point("spikes:3,2,1", 2.0, 4)
+    assert sp.n_recovered == 3 and len(sp.bulks) == 1
+    assert sp.atom_zero + sp.bulks[0][2] + 3 / 4 == pytest.approx(1.0, abs=1e-10)

@@ -314,7 +314,8 @@ def spectrum_from_result(problem: Problem, measure: SpectralMeasure, res: SEResu
     bulks = []
     cdf_cut = atom
     for b in fc.bulks():
-        if b["continuous"] or b["atoms"].size != 1 or b["mass"] > max_outlier_weight:
+        # (a component of S0's null space alone is a bulk whatever its mass: no outlier is at theta = 0)
+        if b["continuous"] or b["atoms"].size != 1 or b["mass"] > max_outlier_weight or b["atoms"][0] == 0.0:
             if b["y_hi"] <= cut:
                 continue
             lo_y = max(b["y_lo"], cut)
