@@ -153,6 +153,15 @@ def test_bad_input():
         gamp(Problem.from_options(**REF, task="seq2seq"), data.X, data.y)
     with pytest.raises(ParameterError, match="tokens"):
         gamp(Problem.from_options(**{**REF, "tokens": 3}), data.X, data.y)
+    # shapes and values that used to fail deep inside (reshape / broadcast / prox errors) or run on NaN
+    d = data.X.shape[2]
+    for kwargs, name in ((dict(y=data.y[:-1]), "y"), (dict(y=np.full_like(data.y, np.nan)), "y"),
+                         (dict(X=np.full_like(data.X, np.nan)), "X"), (dict(S0=np.eye(d + 1)), "S0"),
+                         (dict(init=np.eye(d - 1)), "init"), (dict(max_iter=0), "max_iter"), (dict(tol=-1.0), "tol")):
+        args = {"X": data.X, "y": data.y, **kwargs}
+        with pytest.raises(ParameterError) as exc:
+            gamp(pb, args.pop("X"), args.pop("y"), **args)
+        assert exc.value.param == name
 
 
 def test_effective_damping_reaches_the_same_minimiser():

@@ -333,7 +333,19 @@ def gamp(
     n, T, d = op.n, op.T, op.d
     if T != problem.task.tokens:
         raise ParameterError("X", f"has T = {T} tokens, the problem has {problem.task.tokens}")
-    y = np.asarray(y, float).reshape(n, T, T)
+    y = np.asarray(y, float)
+    if y.shape not in ((n, T, T), (n, T * T)):
+        raise ParameterError("y", f"must have shape ({n}, {T}, {T}) for X of shape {X.shape} (got {y.shape})")
+    y = y.reshape(n, T, T)
+    if not (np.all(np.isfinite(op.X)) and np.all(np.isfinite(y))):
+        raise ParameterError("X" if not np.all(np.isfinite(op.X)) else "y", "must be finite")
+    for name, M in (("S0", S0), ("init", init)):
+        if M is not None and (np.shape(M) != (d, d) or not np.all(np.isfinite(M))):
+            raise ParameterError(name, f"must be a finite ({d}, {d}) matrix (got shape {np.shape(M)})")
+    if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 1:
+        raise ParameterError("max_iter", f"must be an integer >= 1 (got {max_iter!r})")
+    if not tol >= 0:  # 0: run max_iter iterations
+        raise ParameterError("tol", f"must be >= 0 (got {tol!r})")
     beta = problem.student.beta
     lam = problem.student.lam
     direct = problem.student.model == "direct"
