@@ -272,3 +272,14 @@ def test_null_space_component_is_a_bulk_even_when_light():
     p, se, res, sp = _point("spikes:3,2,1", 2.0, 4)
     assert sp.n_recovered == 3 and len(sp.bulks) == 1
     assert sp.atom_zero + sp.bulks[0][2] + 3 / 4 == pytest.approx(1.0, abs=1e-10)
+
+
+def test_spectrum_text_summarises_the_eigenvalues_inside_the_bulk():
+    """The text output printed one "not recovered" line per target eigenvalue (2000 at d = 2000); now every
+    detached one, the top three inside the bulk and a count."""
+    res = CliRunner().invoke(app, ["spectrum", "--alpha", "0.5", "--target", "powerlaw:1.25", "--theory-d", "60"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert len(lines) < 20 and "smaller target eigenvalues inside the bulk" in lines[-1]
+    n_lines = sum(line.lstrip().startswith("theta=") for line in lines)
+    assert int(lines[-1].split("and ")[1].split()[0]) + n_lines == 60

@@ -79,13 +79,18 @@ def spectrum_cmd(
                f"(singular value {th['top_singular_value']:.4f}), recovered outliers {th['n_recovered']}")
     for b in th["bulks"]:
         typer.echo(f"  bulk [{b['lo']:.4f}, {b['hi']:.4f}] mass {b['mass']:.4f}")
-    for o in th["outliers"]:
+    # every detached one; of the target eigenvalues inside the bulk the top 3 and a count (a d = 2000 power law
+    # printed 2000 lines of "not recovered")
+    inside = [o for o in th["outliers"] if not o["detached"]]
+    for o in [o for o in th["outliers"] if o["detached"]] + inside[:3]:
         dc = f", detached while delta < {o['delta_c']:.4g}" if o["detached"] else ""
         jl = (f", joint law {o['eigenvalue_joint_law']:.4f} +- {o['eigenvalue_joint_law_error']:.4f}"
               if "eigenvalue_joint_law" in o else "")
         mult = f" (x{o['multiplicity']})" if o["multiplicity"] > 1 else ""
         typer.echo(f"  theta={o['theta']:.4g}{mult}: eigenvalue {o['eigenvalue']:.4f}{jl} overlap {o['overlap']:.4f} "
                    f"{'recovered' if o['recovered'] else 'not recovered'} (delta = {th['delta']:.4g}{dc})")
+    if len(inside) > 3:
+        typer.echo(f"  ... and {len(inside) - 3} smaller target eigenvalues inside the bulk, not recovered (--json)")
     if "simulation" in record:
         s = record["simulation"]
         typer.echo(f"simulation d={d} ({seeds} seeds): rank {s['rank_mean']:.4f}, top singular value "
