@@ -282,9 +282,9 @@ def resumable(command: str, again: str | None = None, failed_cells: bool = True)
     try:
         with sigterm_as_interrupt():
             yield
-    except SweepInterrupted as exc:
-        hint = f"same command: {again}" if again else "run the same command again to resume"
-        typer.echo(f"{command}: {exc} ({hint})", err=True)
+    except SweepInterrupted as exc:  # (its message already says to run the same sweep again)
+        hint = f" (same command: {again})" if again else ""
+        typer.echo(f"{command}: {exc}{hint}", err=True)
         raise typer.Exit(code=130) from None
     except KeyboardInterrupt:  # before the first cell was submitted
         typer.echo(f"{command}: interrupted; run the same command again to resume", err=True)
