@@ -167,3 +167,22 @@ def test_uniform_attention_test_error_by_a_second_route(noise, beta0):
     if noise == 0.5 and beta0 == 1.0:  # the reference value, at the limit's Q0 = 1 + kappa0 = 1.5
         z = np.sqrt(3 * 1.5 + 1.5 * noise) * nodes
         assert float(4 * ((1 / (1 + np.exp(-z)) - 0.5) ** 2 @ weights)) == pytest.approx(0.44, abs=0.005)
+
+
+@pytest.mark.parametrize("design", ["gaussian", "rank_one"])
+def test_control_designs_refuse_a_bad_alpha(design):
+    """gaussian_design_seed / rank_one_design_seed trained alpha = -1 or 0 as n = 1 sequence (max(1, round(...)))
+    and failed on NaN with int()'s ValueError; alpha is now validated like simulate_record's."""
+    from tiedattention.errors import ParameterError
+    from tiedattention.simulation.gaussian_design import gaussian_design_seed
+    from tiedattention.simulation.rank_one_design import rank_one_design_seed
+
+    fn = gaussian_design_seed if design == "gaussian" else rank_one_design_seed
+    pb = Problem.from_options()
+    for alpha in (-1.0, 0.0, float("nan"), 1e-6):
+        with pytest.raises(ParameterError) as exc:
+            fn(pb, alpha, 8, 0, n_test=100)
+        assert exc.value.param == "alpha"
+    with pytest.raises(ParameterError) as exc:
+        fn(pb, 0.5, 8, 0, n_test=1)
+    assert exc.value.param == "n-test"

@@ -137,6 +137,15 @@ def _gram_factors(rng: np.random.Generator, n: int, d: int, T: int) -> np.ndarra
     return np.linalg.cholesky(design_gram(np.einsum("nad,nbd->nab", x, x), d))
 
 
+def design_n(alpha: float, d: int) -> int:
+    """n = round(alpha d^2) of a control design's seed, alpha validated as for the AIM (ParameterError("alpha")
+    for alpha <= 0, NaN, inf, or n = 0), so that a bad alpha is never trained as n = 1."""
+    from ..problem import validate_alpha
+    from .api import n_of
+
+    return n_of(validate_alpha(alpha), int(d))
+
+
 def design_setup(problem: Problem, n: int, d: int, seed: int, S0: np.ndarray | None,
                  name: str) -> tuple[int, int, int, np.ndarray]:
     """Validated (n, d, T, S0) of a control design's sample (seq2lab only): S0 from ``rng_for(seed, "target")``
@@ -281,6 +290,8 @@ def gaussian_test_errors(
     """Test errors of a student with overlaps (q, m) against a teacher of norm Q0 on fresh Gaussian-design logits
     (exact law, sampled): test_error(_sem) against noisy labels, test_error_clean(_sem) against clean ones.
     ``gram`` (needs ``d``): the Gram-matched design's fresh sequences (logits mixed by the AIM's Gram factors)."""
+    if isinstance(n_test, bool) or int(n_test) != n_test or n_test < 2:
+        raise ParameterError("n-test", f"must be an integer >= 2 (got {n_test!r})")
     if gram and (d is None or int(d) < problem.task.tokens + 1):
         raise ParameterError("d", f"the Gram-matched test errors need the dimension d > T (got {d!r})")
     task, beta = problem.task, problem.student.beta
@@ -336,7 +347,7 @@ def design_seed_row(problem: Problem, res: dict, S0: np.ndarray, seed: int, n_te
 
 def gaussian_design_seed(problem: Problem, alpha: float, d: int, seed: int, n_test: int = 200_000, **options) -> dict:
     """One seed of the Gaussian-design ERM (n = round(alpha d^2)): :func:`design_seed_row`."""
-    n = max(1, int(round(alpha * d * d)))
+    n = design_n(alpha, d)
     data = sample_gaussian_design(problem, n, d, seed)
     res = train_gaussian(problem, data, seed=seed, **options)
     S0 = data.S0

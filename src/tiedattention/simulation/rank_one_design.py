@@ -28,7 +28,7 @@ import torch
 
 from ..design import logit_pairs as pairs
 from ..problem import Problem
-from .gaussian_design import DesignData, DesignObjective, design_seed_row, design_setup, train_design
+from .gaussian_design import DesignData, DesignObjective, design_n, design_seed_row, design_setup, train_design
 from .sampler import rng_for, softmax_rows, symmetric_noise
 
 __all__ = ["RankOneDataset", "sample_rank_one_design", "rank_one_logits", "RankOneObjective", "rank_one_design_seed"]
@@ -111,7 +111,7 @@ def rank_one_design_seed(problem: Problem, alpha: float, d: int, seed: int, n_te
     """One seed of the rank-one-design ERM (n = round(alpha d^2), :func:`.gaussian_design.train_design` with
     ``options``): :func:`.gaussian_design.design_seed_row`, whose test errors are those of the trained S_hat under
     the Gaussian law of its (q, m, Q0): the training side only, the score used to compare designs."""
-    n = max(1, int(round(alpha * d * d)))
+    n = design_n(alpha, d)
     data = sample_rank_one_design(problem, n, d, seed)
     res = train_design(problem, RankOneObjective(problem, data), seed=seed, **options)
     return design_seed_row(problem, res, data.S0, seed, n_test)
