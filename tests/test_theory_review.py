@@ -99,3 +99,16 @@ def test_order_bounds_and_ignored_at_t3():
                               "--json"])
     assert res.exit_code == 0, res.output
     assert "--order" in res.stderr and "ignores it" in res.stderr
+
+
+def test_seq2seq_output_noise_lambda0_is_the_interpolating_phase():
+    """seq2seq's output noise only adds T Delta_out to its errors (the estimator is seq2lab's), so lambda -> 0+
+    below the interpolation threshold is the interpolating phase. It was skipped whenever Delta_out > 0 (right for
+    seq2lab only, whose labels leave the simplex): the lambda = 0 regular SE ran instead, with hundreds of prox
+    ConvergenceWarnings, and `theory --alpha 0.05 --lam 0 --task seq2seq --noise-out 0.1` ran for minutes."""
+    ref = _solve(0.05, lam=0.0, task="seq2seq")
+    r = _solve(0.05, lam=0.0, task="seq2seq", noise_out=0.1)
+    assert r.converged and r.phase == "interpolating" == ref.phase
+    assert (r.q, r.m, r.rank) == (ref.q, ref.m, ref.rank)
+    assert r.test_error == pytest.approx(ref.test_error + 2 * 0.1, abs=1e-12)
+    assert r.train_error == pytest.approx(0.2, abs=1e-12) and r.test_error_clean == ref.test_error_clean

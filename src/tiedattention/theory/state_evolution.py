@@ -335,10 +335,12 @@ class StateEvolution:
         t0 = time.perf_counter()
         lam = self.problem.student.lam
         abar = alpha_bar(alpha, self.problem.task.tokens)
-        # lambda -> 0+ interpolating phase (narrow students: denoisers.solve_narrow_interpolating_phase)
-        if lam == 0.0 and self.problem.task.noise_out == 0.0 and self._recovers(abar):
+        # lambda -> 0+ interpolating phase (narrow students: denoisers.solve_narrow_interpolating_phase); seq2lab's
+        # output noise leaves the simplex (no interpolation), seq2seq's only adds T Delta_out (error_offset)
+        fits = lam == 0.0 and (self.problem.task.noise_out == 0.0 or self.problem.task.task == "seq2seq")
+        if fits and self._recovers(abar):
             res = self._perfect_recovery(alpha)
-        elif lam == 0.0 and self.problem.task.noise_out == 0.0 and abar < self.interpolation_alpha_bar():
+        elif fits and abar < self.interpolation_alpha_bar():
             res = self._solve_interpolating(alpha)
         else:
             res = self._solve_regular(alpha, init)
