@@ -186,3 +186,30 @@ def test_control_designs_refuse_a_bad_alpha(design):
     with pytest.raises(ParameterError) as exc:
         fn(pb, 0.5, 8, 0, n_test=1)
     assert exc.value.param == "n-test"
+
+
+def test_spectra_keep_one_row_per_seed_when_a_seed_fails():
+    """A seed whose solution is not finite had no spectrum row, so ``eigenvalues`` had fewer rows than seeds (rows
+    shifted against the ``seeds`` array of --save-spectra, and np.stack over alphas failed): it now gets a NaN row."""
+    from tiedattention.simulation import SOLVERS, Solution, register_solver, simulate_record
+
+    calls = []
+
+    def nan_on_second_seed(problem, obj, *, seed, callback=None, **kw):
+        calls.append(seed)
+        d = obj.d
+        S = torch.full((d, d), float("nan"), dtype=torch.float64) if seed == 1 else torch.eye(d, dtype=torch.float64)
+        return Solution(S, None, 1, True, "test")
+
+    register_solver("nan-second", nan_on_second_seed)
+    try:
+        pb = Problem.from_options()
+        rec = simulate_record(pb, 0.5, 6, seeds=3, solver="nan-second", n_test=10, return_spectra=True)
+    finally:
+        SOLVERS.pop("nan-second")
+    assert calls == [0, 1, 2]
+    ev, sv = rec["eigenvalues"], rec["singular_values"]
+    assert ev.shape == (3, 6) and sv.shape == (3, 6)
+    assert np.isnan(ev[1]).all() and np.isnan(sv[1]).all()
+    np.testing.assert_allclose(ev[[0, 2]], 1.0)
+    assert rec["converged"] == pytest.approx(2 / 3)

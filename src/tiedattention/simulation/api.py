@@ -97,7 +97,7 @@ def simulate_record(
     mse, rank, steps, seconds (per seed), ``test_error_sem`` and ``test_error_clean_sem`` combined as in
     :func:`combined_sem`, ``converged`` (fraction of seeds whose solver met its stop rule), ``converged_all``,
     ``seconds`` (wall time of the whole record) and, with ``return_spectra``, ``eigenvalues`` (seeds x d) and
-    ``singular_values`` (seeds x min(p, d)).
+    ``singular_values`` (seeds x min(p, d)), a row of NaN for a seed whose solution is not finite.
 
     ``progress(info)`` is called after each seed with a dict (seed, test_error, steps, converged, seconds).
     ``threads`` sets torch's CPU thread count for the call (restored afterwards); by default small problems
@@ -143,6 +143,9 @@ def simulate_record(
                 row["converged"] = False
                 for k in ("test_error", "test_error_sem", "test_error_clean", "test_error_clean_sem", "mse", "rank"):
                     row[k] = float("nan")
+                if return_spectra:  # one row per seed, aligned with the seeds
+                    evs.append(np.full(d, np.nan))
+                    svs.append(np.full(min(d, problem.student.width(d)), np.nan))
             rows.append(row)
             if progress is not None:
                 keys = ("test_error", "steps", "converged", "seconds")
