@@ -283,3 +283,8 @@ def test_spectrum_text_summarises_the_eigenvalues_inside_the_bulk():
     assert len(lines) < 20 and "smaller target eigenvalues inside the bulk" in lines[-1]
     n_lines = sum(line.lstrip().startswith("theta=") for line in lines)
     assert int(lines[-1].split("and ")[1].split()[0]) + n_lines == 60
+
+
+def test_scaling_limit_refuses_a_narrow_student_naming_kappa():
+    res = CliRunner().invoke(app, ["scaling", "--d", "inf", "--kappa", "0.5", "--points", "3"])
+    assert "finite --d" in _one_error_line(res, "--kappa")  # was "error: --model: ..."

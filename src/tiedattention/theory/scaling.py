@@ -208,8 +208,12 @@ class ScalingLimit(StateEvolution):
         target = problem.task.target
         if not isinstance(target, PowerLawTarget):
             raise ParameterError("target", "the scaling limit is implemented for power-law targets")
-        if problem.student.model != "factorized" or problem.student.kappa < 1:
+        if problem.student.model != "factorized":
             raise ParameterError("model", "the scaling limit is implemented for the factorised student, kappa >= 1")
+        if problem.student.kappa < 1:  # (was reported as --model)
+            raise ParameterError("kappa", "the scaling limit is implemented for kappa >= 1 (a narrow student's "
+                                          "excess saturates at its rank-p tail: use a finite --d; "
+                                          f"got {problem.student.kappa})")
         super().__init__(problem, d=2, **options)  # measure unused; Q0 = 1 as for every power law
         self.modes = PowerLawModes(target.gamma, target.cutoff)
         self.q0 = 1.0
