@@ -288,3 +288,12 @@ def test_spectrum_text_summarises_the_eigenvalues_inside_the_bulk():
 def test_scaling_limit_refuses_a_narrow_student_naming_kappa():
     res = CliRunner().invoke(app, ["scaling", "--d", "inf", "--kappa", "0.5", "--points", "3"])
     assert "finite --d" in _one_error_line(res, "--kappa")  # was "error: --model: ..."
+
+
+def test_power_law_cutoff_must_be_a_rank():
+    from tiedattention.targets import PowerLawTarget
+
+    for bad in (2.5, True, 0):
+        with pytest.raises(ParameterError):
+            PowerLawTarget(1.25, cutoff=bad)
+    assert PowerLawTarget(1.25, cutoff=3.0).eigenvalues(10)[3:].tolist() == [0.0] * 7

@@ -247,8 +247,9 @@ class PowerLawTarget(Target):
     def __init__(self, gamma: float, cutoff: int | None = None):
         if not np.isfinite(gamma) or gamma <= 0:
             raise ParameterError("target", f"powerlaw:GAMMA needs gamma > 0 (got {gamma})")
-        if cutoff is not None and cutoff < 1:
+        if cutoff is not None and (isinstance(cutoff, bool) or int(cutoff) != cutoff or cutoff < 1):
             raise ParameterError("target", f"powerlaw cutoff must be a positive rank (got {cutoff})")
+        cutoff = None if cutoff is None else int(cutoff)  # (2.5 was a TypeError at the first use)
         self.gamma = float(gamma)
         self.cutoff = cutoff
         self.spec = f"powerlaw:{_fmt(self.gamma)}" + (f":cutoff={cutoff}" if cutoff else "")
