@@ -297,3 +297,23 @@ def test_power_law_cutoff_must_be_a_rank():
         with pytest.raises(ParameterError):
             PowerLawTarget(1.25, cutoff=bad)
     assert PowerLawTarget(1.25, cutoff=3.0).eigenvalues(10)[3:].tolist() == [0.0] * 7
+
+
+def test_decompose_matrices_refuses_what_it_cannot_decompose():
+    """n_outliers = -1 took d - 1 outliers (order[:-1]) and reported k* = -1; c = nan gave NaN parts silently;
+    rank = -2 summed the whole spectrum as the rank-p tail; a NaN in S_hat was numpy's LinAlgError."""
+    from tiedattention.theory.decomposition import decompose_matrices
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((6, 6))
+    S0 = a + a.T
+    S = S0 @ S0 / 10
+    ok = decompose_matrices(S, S0, 0.9, n_outliers=1, rank=3)
+    assert ok["dist"] == pytest.approx(np.sum((S - 0.9 * S0) ** 2) / 6, rel=1e-12)
+    bad_nan = S.copy()
+    bad_nan[0, 0] = np.nan
+    for kwargs in (dict(n_outliers=-1), dict(c=float("nan")), dict(rank=-2), dict(S_hat=bad_nan),
+                   dict(S_hat=S[:5, :5])):
+        args = {"S_hat": S, "S0": S0, "c": 0.9, **kwargs}
+        with pytest.raises(ValueError):
+            decompose_matrices(**args)

@@ -190,8 +190,16 @@ def decompose_matrices(S_hat: np.ndarray, S0: np.ndarray, c: float, n_outliers: 
     S_hat = np.asarray(S_hat, float)
     S0 = np.asarray(S0, float)
     d = S0.shape[0]
-    if S_hat.shape != (d, d):
-        raise ValueError(f"S_hat has shape {S_hat.shape}, S0 has {S0.shape}")
+    if S_hat.shape != (d, d) or S0.shape != (d, d):
+        raise ValueError(f"S_hat has shape {S_hat.shape}, S0 has {S0.shape}: need two d x d matrices")
+    if not (np.all(np.isfinite(S_hat)) and np.all(np.isfinite(S0))):
+        raise ValueError("S_hat and S0 must be finite (a diverged S_hat has no decomposition)")
+    if not (math.isfinite(c) and c >= 0):
+        raise ValueError(f"c must be a finite number >= 0 (got {c})")
+    if isinstance(n_outliers, bool) or int(n_outliers) != n_outliers or n_outliers < 0:
+        raise ValueError(f"n_outliers must be an integer >= 0 (got {n_outliers})")  # (-1 took d - 1 of them)
+    if rank is not None and (isinstance(rank, bool) or int(rank) != rank or rank < 0):
+        raise ValueError(f"rank must be an integer >= 0 or None (got {rank})")
     lam, U = np.linalg.eigh(0.5 * (S_hat + S_hat.T))
     top = float(np.max(np.abs(lam))) if lam.size else 0.0
     live = np.abs(lam) > null_tol * top if top > 0 else np.zeros(d, bool)
