@@ -213,3 +213,20 @@ def test_spectra_keep_one_row_per_seed_when_a_seed_fails():
     assert np.isnan(ev[1]).all() and np.isnan(sv[1]).all()
     np.testing.assert_allclose(ev[[0, 2]], 1.0)
     assert rec["converged"] == pytest.approx(2 / 3)
+
+
+def test_unregistered_gamp_says_how_to_register_it():
+    """From Python, solver="gamp" needs tiedattention.amp.register() (simulation cannot import the theory's
+    channel); the error said only 'unknown solver'."""
+    from tiedattention.errors import ParameterError
+    from tiedattention.simulation import SOLVERS, simulate_record
+
+    saved = SOLVERS.pop("gamp", None)
+    try:
+        with pytest.raises(ParameterError, match=r"tiedattention\.amp\.register\(\)"):
+            simulate_record(Problem.from_options(), 0.5, 6, seeds=1, solver="gamp")
+        with pytest.raises(ParameterError, match=r"tiedattention\.amp\.register\(\)"):
+            train(Problem.from_options(), sample_dataset(Problem.from_options(), 10, 6, 0), solver="gamp")
+    finally:
+        if saved is not None:
+            SOLVERS["gamp"] = saved

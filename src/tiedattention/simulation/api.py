@@ -18,7 +18,7 @@ from ..problem import Problem, alpha_bar, validate_alpha
 from .metrics import mse_on_S, rank_fraction, spectra, test_errors
 from .models import resolve_device
 from .sampler import rng_for, sample_dataset
-from .trainers import SOLVERS, train
+from .trainers import SOLVERS, train, unknown_solver
 
 __all__ = ["simulate_record", "n_of", "combined_sem"]
 
@@ -51,7 +51,7 @@ def _validate(d: int, seeds: int, solver: str, n_test: int, seed0: int = 0, thre
     if isinstance(seeds, bool) or int(seeds) != seeds or seeds < 1:
         raise ParameterError("seeds", f"must be an integer >= 1 (got {seeds!r})")
     if solver not in SOLVERS:
-        raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
+        raise ParameterError("solver", unknown_solver(solver))
     if isinstance(n_test, bool) or int(n_test) != n_test or n_test < 2:
         raise ParameterError("n-test", f"must be an integer >= 2 (got {n_test!r})")
     if isinstance(seed0, bool) or int(seed0) != seed0 or seed0 < 0:

@@ -99,6 +99,13 @@ class TrainResult:
 SOLVERS: dict[str, Callable[..., Solution]] = {}
 
 
+def unknown_solver(name: str) -> str:
+    """The message for a solver that is not registered; "gamp" lives above this layer (tiedattention.amp uses the
+    theory's channel), so it is registered by the CLI and sweeps, and from Python by tiedattention.amp.register()."""
+    hint = "; gamp is registered by tiedattention.amp.register()" if name == "gamp" else ""
+    return f"unknown solver {name!r} (known: {', '.join(sorted(SOLVERS))}){hint}"
+
+
 def register_solver(name: str, fn: Callable[..., Solution], overwrite: bool = False) -> None:
     """Add a solver to the registry (see the module docstring for its signature)."""
     if name in SOLVERS and not overwrite:
@@ -464,7 +471,7 @@ def train(
         options: solver options (e.g. ``lr``, ``tol``, ``max_steps`` for adam; ``rtol`` for prox).
     """
     if solver not in SOLVERS:
-        raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
+        raise ParameterError("solver", unknown_solver(solver))
     if data.T != problem.task.tokens or data.task != problem.task.task:
         raise ParameterError("data", f"was sampled for T = {data.T}, {data.task}; the problem has "
                              f"T = {problem.task.tokens}, {problem.task.task}")
