@@ -192,3 +192,29 @@ def test_corrupt_file_of_another_spec_is_not_said_to_be_recomputed(tmp_path):
                     f"sweep: moved a corrupt cell file aside: {other} (not a cell of this spec)"]
     assert store.verify() == [] and sorted(store.done_keys()) == spec.keys
     assert len(list(store.corrupt_dir.iterdir())) == 2
+
+
+def test_a_device_the_local_workers_cannot_use_is_refused_before_the_store(tmp_path):
+    """device = "mps" passed the spec check but every simulate cell failed ('must be cpu or cuda'); device = "cuda"
+    on a machine without CUDA failed every cell after spawning the workers. With local workers (this machine) both are
+    one line, exit 2, no store; a dask cluster's workers may have the GPU the driver lacks, so it is not checked."""
+    torch = pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+    from tiedattention.errors import ParameterError
+
+    with pytest.raises(ParameterError) as exc:
+        parse_spec('[grid]\nalpha = [0.3]\n[run]\nroutes = ["simulate"]\nd = 8\nseeds = 1\ndevice = "mps"\n')
+    assert exc.value.param == "device" and "mps" in exc.value.message
+    if torch.cuda.is_available():
+        bad = f"cuda:{torch.cuda.device_count()}"  # one past the last GPU
+    else:
+        bad = "cuda"
+    spec_path = tmp_path / "grid.toml"
+    spec_path.write_text(f'[grid]\nalpha = [0.3]\n[run]\nroutes = ["simulate"]\nd = 8\nseeds = 1\ndevice = "{bad}"\n')
+    for extra in ([], ["--dry-run"]):
+        res = CliRunner().invoke(app, ["sweep", str(spec_path), "--out", str(tmp_path / "s"), "--no-progress", *extra])
+        assert res.exit_code == 2, res.output
+        assert "in [run]" in _one_line(res, "error: --device: ")
+    assert not (tmp_path / "s").exists()

@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         Interrupted sweeps (Ctrl-C, kill, a crashed worker) resume with the same command.
         """
         from ..sweep import Store, load_spec, run_sweep
-        from ..sweep.routes import check_route
+        from ..sweep.routes import check_local_device, check_route
 
         with cli_errors():
             sweep_spec = load_spec(spec)
@@ -59,6 +59,8 @@ def register(app: typer.Typer) -> None:
             if dry_run:  # (a real run checks the routes in run_sweep, before the store exists)
                 for route in sweep_spec.routes:  # unknown solver or [run] key
                     check_route(route, sweep_spec.settings)
+                if "simulate" in sweep_spec.routes and scheduler is None:
+                    check_local_device(sweep_spec.settings)
                 store = Store(out, create=False)
                 done = store.done_keys() & set(sweep_spec.keys)
                 typer.echo(

@@ -31,7 +31,7 @@ import pandas as pd
 
 from .. import __version__
 from ..errors import ParameterError
-from .routes import CellError, check_route, run_cell
+from .routes import CellError, check_local_device, check_route, run_cell
 from .spec import Cell, SweepSpec, load_spec
 from .store import Store, StoreProblem, store_error
 
@@ -252,6 +252,8 @@ def run_sweep(
         raise ParameterError("workers", f"must be >= 1 (got {max_workers})")
     for route in spec.routes:  # before the store: a spec that cannot run creates no directory
         check_route(route, spec.settings)
+    if "simulate" in spec.routes and isinstance(executor, str) and executor == "local":
+        check_local_device(spec.settings)
     root = store.root if isinstance(store, Store) else Path(store)
     try:  # a store directory the file system refuses: one ParameterError, not a traceback
         if not isinstance(store, Store):

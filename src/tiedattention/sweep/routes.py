@@ -30,7 +30,7 @@ from .spec import BUILTIN_ROUTES, KNOWN_SETTINGS, PROBLEM_OPTIONS, canonical_jso
 
 __all__ = [
     "CellError", "route_theory", "route_simulate", "route_sleep", "get_route", "check_route", "run_cell",
-    "resolve_device",
+    "resolve_device", "check_local_device",
 ]
 
 RouteFn = Callable[..., Mapping[str, Any]]
@@ -157,6 +157,24 @@ def _check_simulate_settings(settings: Mapping[str, Any]) -> None:
                    f"(its settings: {', '.join(sorted(own)) or 'none'}; the route's: "
                    f"{', '.join(sorted(known - {'sleep'}))})",
             )
+
+
+def check_local_device(settings: Mapping[str, Any]) -> None:
+    """The [run] ``device`` of a simulation, where the workers are local processes (this machine): ``cuda`` needs
+    CUDA here, ``cuda:N`` a GPU number N. ParameterError("device") otherwise; ``auto`` and ``cpu`` always pass.
+    (Not for a dask cluster: its workers may have the GPU the driver lacks.)"""
+    device = str(settings.get("device", "auto"))
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ParameterError("device", f"{device!r} in [run], but CUDA is not available on this machine (the local "
+                                       "workers'); use auto or cpu, or a dask cluster with GPU workers")
+    n = torch.cuda.device_count()
+    if device.startswith("cuda:") and int(device[5:]) >= n:
+        raise ParameterError("device", f"{device!r} in [run], but this machine has {n} GPU(s) "
+                                       f"(cuda:0 ... cuda:{n - 1})")
 
 
 def check_route(name: str, settings: Mapping[str, Any] | None = None) -> None:

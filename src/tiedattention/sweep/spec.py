@@ -195,9 +195,9 @@ def _check_setting(name: str, value: Any, where: str) -> Any:
             raise ParameterError(name, f"must be a string (got {value!r}) in {where}")
         if name == "device":
             dev = value.strip().lower()
-            if not (dev in ("auto", "cpu", "cuda", "mps") or (dev.startswith("cuda:") and dev[5:].isdigit())):
-                raise ParameterError(
-                    "device", f"must be auto, cpu, cuda, cuda:N or mps (got {value!r}) in {where}"
+            if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+                raise ParameterError(  # (the trainers run on cpu or cuda only)
+                    "device", f"must be auto, cpu, cuda or cuda:N (got {value!r}) in {where}"
                 )
             return dev
         return value
