@@ -230,3 +230,17 @@ def test_unregistered_gamp_says_how_to_register_it():
     finally:
         if saved is not None:
             SOLVERS["gamp"] = saved
+
+
+def test_ctrl_c_during_the_theory_says_so(monkeypatch):
+    import tiedattention.theory.api as theory_api
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(theory_api, "theory_records", interrupted)
+    runner, app = _cli()
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5", "--theory"])
+    assert res.exit_code == 130
+    assert res.stderr.strip() == ("simulate: interrupted while solving the state evolution of --theory "
+                                  "(before any training)")

@@ -224,8 +224,13 @@ def simulate(
         if theory:
             from ..theory.api import theory_records
 
-            for dd in [None] if limit_theory else dims:
-                se_records.update({(r["alpha"], dd): r for r in theory_records(problem, alphas, d=dd)})
+            try:
+                for dd in [None] if limit_theory else dims:
+                    se_records.update({(r["alpha"], dd): r for r in theory_records(problem, alphas, d=dd)})
+            except KeyboardInterrupt:
+                typer.echo("simulate: interrupted while solving the state evolution of --theory (before any "
+                           "training)", err=True)
+                raise typer.Exit(code=130) from None
 
         def emit(rec: dict[str, Any]) -> dict[str, Any]:
             key = (rec["alpha"], None if limit_theory else rec["d"])
