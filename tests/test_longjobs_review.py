@@ -218,3 +218,31 @@ def test_a_device_the_local_workers_cannot_use_is_refused_before_the_store(tmp_p
         assert res.exit_code == 2, res.output
         assert "in [run]" in _one_line(res, "error: --device: ")
     assert not (tmp_path / "s").exists()
+
+
+def test_reproduce_all_goes_on_after_a_figure_with_failed_cells(tmp_path, monkeypatch):
+    """`reproduce all` stopped at the first figure with a failed cell, leaving every later figure undone (hours of a
+    full run lost to one bad cell); it now draws the others and exits 1 naming the failed figures at the end."""
+    from typer.testing import CliRunner
+
+    import tiedattention.reproduce as rp
+    from tiedattention.cli import app
+
+    calls = []
+
+    def fake(name, out, **kw):
+        calls.append(name)
+        if name in ("fig2", "fig6"):
+            raise RuntimeError(f"{name}: 1 cells failed (rerun to retry them):\n  simulate (alpha=0.1): boom")
+        return rp.FigureResult(name, [])
+
+    monkeypatch.setattr(rp, "reproduce", fake)
+    res = CliRunner().invoke(app, ["reproduce", "all", "--quick", "--out", str(tmp_path / "o"), "--no-progress"])
+    assert calls == list(rp.FIGURES)
+    assert res.exit_code == 1, res.output
+    assert "fig2: 1 cells failed" in res.stderr and "fig6: 1 cells failed" in res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        "reproduce: cells failed in fig2, fig6 (the other figures are written); rerun the same command to retry them")
+    calls.clear()
+    res = CliRunner().invoke(app, ["reproduce", "fig2", "--quick", "--out", str(tmp_path / "o"), "--no-progress"])
+    assert calls == ["fig2"] and res.exit_code == 1 and "fig2: 1 cells failed" in res.stderr

@@ -44,6 +44,18 @@ def register(app: typer.Typer) -> None:
             if scheduler is not None and "://" not in scheduler:
                 raise ParameterError("scheduler", f"expected tcp://HOST:PORT (got {scheduler!r})")
             again = f"tiedattention reproduce {name} --out {out}" + (" --quick" if quick else "")
+            failed = []
             with resumable("reproduce", again=again):
                 for n in names:
-                    run_figure(n, out, quick=quick, workers=workers, executor=scheduler or "local", progress=progress)
+                    try:
+                        run_figure(n, out, quick=quick, workers=workers, executor=scheduler or "local",
+                                   progress=progress)
+                    except RuntimeError as exc:  # cells failed: say so, and go on with the other figures
+                        if len(names) == 1:
+                            raise
+                        typer.echo(f"reproduce: {exc}", err=True)
+                        failed.append(n)
+        if failed:
+            typer.echo(f"reproduce: cells failed in {', '.join(failed)} (the other figures are written); rerun the "
+                       "same command to retry them", err=True)
+            raise typer.Exit(code=1)
