@@ -46,7 +46,7 @@ N_TEST = int(os.environ.get("TIEDATTENTION_AGREEMENT_NTEST", "40000"))
 # "Several minima at small lambda"): a strict expected failure.
 RS_BROKEN = {
     (1e-4, 0.25): "RS broken past the interpolation peak: the channel's prox has two minima at ~1 % of the "
-                  "sequences (divergent replicon) and the d = 100 ERM has 12-16 distinct local minima in 17 starts "
+                  "sequences (divergent replicon) and the d = 100 ERM has 6-14 distinct local minima in 6-15 starts "
                   "(docs/theory/state_evolution.md, 'Several minima at small lambda')",
 }
 
@@ -171,7 +171,7 @@ def _minima(lam, alpha, d=100, seed=0, n_starts=4):
 @pytest.mark.slow
 def test_rs_broken_point_has_many_minima_and_the_reference_point_one(torch_one_thread):
     """The strict expected failure above is a glassy landscape: at lambda = 1e-4, alpha = 0.25 (d = 100, seed 0)
-    four starts end in four different minima (objectives >= 1e-4 apart, relative; measured 17 starts: 14 minima,
+    four starts end in four different minima (objectives >= 1e-4 apart, relative; measured 17 starts: 13 minima,
     spread 6 %), while at the reference point lambda = 0.01, alpha = 0.5 they end at one minimiser (objectives to
     1e-6, S_hat to 1e-3)."""
     glassy = _minima(1e-4, 0.25)
