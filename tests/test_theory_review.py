@@ -112,3 +112,21 @@ def test_seq2seq_output_noise_lambda0_is_the_interpolating_phase():
     assert (r.q, r.m, r.rank) == (ref.q, ref.m, ref.rank)
     assert r.test_error == pytest.approx(ref.test_error + 2 * 0.1, abs=1e-12)
     assert r.train_error == pytest.approx(0.2, abs=1e-12) and r.test_error_clean == ref.test_error_clean
+
+
+def test_rs_fields_output_noise_switching_not_claimed():
+    """`theory --rs-stability --noise-out 0.1` reported rs_switching 0.0 and rs_stable true, but the switching
+    fraction was never computed with seq2lab output noise (not implemented): it is None (unknown), so is rs_stable,
+    and rs_message says why. seq2seq's output noise does not enter the prox: its switching is computed."""
+    from tiedattention import Problem
+    from tiedattention.theory.api import theory_record
+    from tiedattention.theory.stability import rs_fields
+
+    p = Problem.from_options(noise_out=0.1)
+    rec = theory_record(p, 1.0)
+    out = rs_fields(p, rec)
+    assert out["rs_switching"] is None and out["rs_stable"] is None
+    assert "output noise" in out["rs_message"] and 0 < out["rs_at"] < 1
+    p = Problem.from_options(noise_out=0.1, task="seq2seq")
+    out = rs_fields(p, theory_record(p, 1.0))
+    assert out["rs_switching"] == 0.0 and out["rs_stable"] is True

@@ -433,11 +433,17 @@ def rs_fields(problem: Problem, rec: dict, d: int | None = None, channel_options
     if channel_options is None:  # the rule the point was solved with (QMC past the interpolation peak)
         channel_options = channel_options_for(rec.get("quadrature", ""))
     s = rs_stability(problem, point, alpha=rec["alpha"], d=d, channel_options=channel_options)
-    sw = 0.0
-    if rec["q"] > 0 and problem.task.noise_out == 0:
+    sw: float | None = 0.0
+    if problem.task.task == "seq2lab" and problem.task.noise_out > 0:
+        sw = None  # prox_switching does not implement seq2lab's output noise (seq2seq's does not enter the prox)
+    elif rec["q"] > 0:
         sw = prox_switching(problem, point, alpha=rec["alpha"], samples=5000, d=d)["multi"]
+    notes = [s.message] if s.message else []
+    if sw is None:
+        notes.append("prox branch switching not computed (seq2lab output noise): RS stability undecided")
+    elif sw:
+        notes.append(f"prox has several local minima for {100 * sw:.2f} % of the sequences: RS unstable")
+    stable = None if sw is None and s.stable else bool(s.stable and sw == 0.0)
     out.update(rs_at=s.at if math.isfinite(s.at) else None, rs_at_error=s.error, rs_switching=sw,
-               rs_stable=bool(s.stable and sw == 0.0),
-               rs_message=s.message + ("; " if s.message and sw else "") +
-               (f"prox has several local minima for {100 * sw:.2f} % of the sequences: RS unstable" if sw else ""))
+               rs_stable=stable, rs_message="; ".join(notes))
     return out
