@@ -130,3 +130,12 @@ def test_rs_fields_output_noise_switching_not_claimed():
     p = Problem.from_options(noise_out=0.1, task="seq2seq")
     out = rs_fields(p, theory_record(p, 1.0))
     assert out["rs_switching"] == 0.0 and out["rs_stable"] is True
+
+
+def test_thresholds_output_noise_says_why_interpolation_is_zero():
+    """`thresholds --noise-out 0.1` printed interpolation 0.000000 without a word; the message now says why."""
+    res = runner.invoke(app, ["thresholds", "--noise-out", "0.1", "--json"])
+    th = json.loads(res.stdout)
+    assert th["interpolation"] == 0.0 and "output noise" in th["message"]
+    th = json.loads(runner.invoke(app, ["thresholds", "--noise-out", "0.1", "--task", "seq2seq", "--json"]).stdout)
+    assert th["interpolation"] > 0.3 and th["message"] == ""

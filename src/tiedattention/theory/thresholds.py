@@ -221,6 +221,8 @@ def thresholds(problem: Problem, d: int | None = None) -> Thresholds:
     inter_rs = None
     if problem.task.noise_out > 0 and problem.task.task == "seq2lab":
         inter = 0.0  # output noise leaves the simplex: labels cannot be fitted exactly
+        messages.append("interpolation is 0: seq2lab output noise leaves the simplex, the training error never "
+                        "reaches 0")
     elif narrow:
         from .denoisers import narrow_interpolation_alpha_bar
 
