@@ -317,3 +317,17 @@ def test_decompose_matrices_refuses_what_it_cannot_decompose():
         args = {"S_hat": S, "S0": S0, "c": 0.9, **kwargs}
         with pytest.raises(ValueError):
             decompose_matrices(**args)
+
+
+def test_spectrum_joint_law_in_the_interpolating_phase_says_why_not():
+    """`spectrum --lam 0 --joint-law 3` at a point of the lambda -> 0+ interpolating phase with recovered spikes
+    (spikes:4,2.5,1.5, d = 100, alpha = 0.05) exited 2 with "error: --alpha: outlier stationarity needs a regular
+    SE point": --alpha was fine. Now the spectrum is given and the joint law says why it was not computed."""
+    from types import SimpleNamespace
+
+    from tiedattention.commands.spectrum import _add_joint_law
+
+    theory = {"outliers": [{"theta": 4.0, "recovered": True}]}
+    _add_joint_law(Problem.from_options(target="spikes:4", lam=0.0), None, SimpleNamespace(phase="interpolating"),
+                   theory, 100, 1)
+    assert theory["joint_law"]["solved"] == [] and "interpolating phase" in theory["joint_law"]["message"]

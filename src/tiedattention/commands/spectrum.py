@@ -91,6 +91,8 @@ def spectrum_cmd(
                    f"{'recovered' if o['recovered'] else 'not recovered'} (delta = {th['delta']:.4g}{dc})")
     if len(inside) > 3:
         typer.echo(f"  ... and {len(inside) - 3} smaller target eigenvalues inside the bulk, not recovered (--json)")
+    if th.get("joint_law", {}).get("message"):
+        typer.echo(f"  joint law: {th['joint_law']['message']}")
     if "simulation" in record:
         s = record["simulation"]
         typer.echo(f"simulation d={d} ({seeds} seeds): rank {s['rank_mean']:.4f}, top singular value "
@@ -156,6 +158,10 @@ def _add_joint_law(problem, se, res, theory: dict[str, Any], d: int, k: int) -> 
 
     if not any(o["recovered"] for o in theory["outliers"]):
         theory["joint_law"] = {"solved": [], "message": "no recovered outlier to correct"}
+        return
+    if res.phase != "regular":  # (was "error: --alpha: outlier stationarity needs a regular SE point", exit 2)
+        theory["joint_law"] = {"solved": [], "message": f"not computed: the outlier stationarity needs a regular SE "
+                                                        f"point (lambda > 0), this one is in the {res.phase} phase"}
         return
     # the top k target modes explicit (and the MP part of the target); every recovered one among them solved
     c = corrected_outliers(problem, se.measure, res, d, k)
