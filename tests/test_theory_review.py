@@ -139,3 +139,32 @@ def test_thresholds_output_noise_says_why_interpolation_is_zero():
     assert th["interpolation"] == 0.0 and "output noise" in th["message"]
     th = json.loads(runner.invoke(app, ["thresholds", "--noise-out", "0.1", "--task", "seq2seq", "--json"]).stdout)
     assert th["interpolation"] > 0.3 and th["message"] == ""
+
+
+def test_theory_json_exit_status_on_non_convergence():
+    """The table exited 1 where a point did not converge, --json exited 0 (as if all was well): both exit 1 now,
+    with one warning line on stderr; the records are printed either way."""
+    args = ["theory", "--alpha", "0.5,1", "--tol", "1e-10", "--lam", "1e-2"]
+    for extra in ([], ["--json"]):
+        res = runner.invoke(app, [*args, *extra])
+        assert res.exit_code == 0, res.output
+    # force one non-converged point
+    from unittest import mock
+
+    from tiedattention.theory import state_evolution as se_mod
+
+    real = se_mod.StateEvolution.solve
+
+    def failing(self, alpha, init=None):
+        res = real(self, alpha, init)
+        if alpha == 1.0:
+            res.converged, res.message = False, "forced"
+        return res
+
+    with mock.patch.object(se_mod.StateEvolution, "solve", failing):
+        for extra in ([], ["--json"]):
+            res = runner.invoke(app, [*args, *extra])
+            assert res.exit_code == 1, res.output
+            assert "1 of 2 points did not converge (α = 1;" in res.stderr
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    assert [r["converged"] for r in lines] == [True, False]

@@ -123,6 +123,7 @@ def theory(
     if json:
         for rec in records:
             emit_json(rec)
+        _exit_if_unconverged(records)
         return
     o = problem.options()
     lam_title = "λ optimal per α" if optimal_lam else f"λ={o['lam']}"
@@ -149,7 +150,17 @@ def theory(
         for r in records:
             if not r["lam_converged"]:
                 typer.echo(f"note: α = {r['alpha']:.4g}: {r['lam_message']}", err=True)
-    if not all(r["converged"] and r.get("fd_converged") is not False for r in records):
+    _exit_if_unconverged(records)
+
+
+def _exit_if_unconverged(records: list[dict]) -> None:
+    """Exit status 1, with one line on stderr, where a point (or its finite-size SE) did not converge -- with --json
+    as with the table (it exited 0 with --json, as if all was well)."""
+    bad = [r for r in records if not (r["converged"] and r.get("fd_converged") is not False)]
+    if bad:
+        alphas = ", ".join(f"{r['alpha']:.4g}" for r in bad)
+        typer.echo(f"warning: {len(bad)} of {len(records)} points did not converge (α = {alphas}; see 'converged', "
+                   "'message')", err=True)
         raise typer.Exit(code=1)
 
 
