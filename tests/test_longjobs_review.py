@@ -246,3 +246,22 @@ def test_reproduce_all_goes_on_after_a_figure_with_failed_cells(tmp_path, monkey
     calls.clear()
     res = CliRunner().invoke(app, ["reproduce", "fig2", "--quick", "--out", str(tmp_path / "o"), "--no-progress"])
     assert calls == ["fig2"] and res.exit_code == 1 and "fig2: 1 cells failed" in res.stderr
+
+
+def test_verify_tolerates_a_corrupt_file_moved_aside_by_another_driver(tmp_path, monkeypatch):
+    """Two drivers starting on one store both find the same damaged file; the one that moves it second used to
+    crash (FileNotFoundError from os.replace; now 'cannot use the store'). The file is gone: nothing to do."""
+    store = Store(tmp_path / "s")
+    damaged = store.path_for("b" * 64)
+    damaged.write_text("garbage")
+    real = Store._read_file
+
+    def read_then_lose_race(self, path):
+        try:
+            return real(self, path)
+        finally:  # the other driver moves the file aside in between
+            path.unlink(missing_ok=True)
+
+    monkeypatch.setattr(Store, "_read_file", read_then_lose_race)
+    assert store.verify(quarantine=True, warn=False) == []
+    assert not damaged.exists() and not store.corrupt_dir.exists()

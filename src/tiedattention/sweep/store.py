@@ -209,11 +209,16 @@ class Store:
             try:
                 self._read_file(path)
             except ValueError as exc:
+                if not path.exists():  # another driver on this store moved it aside meanwhile
+                    continue
                 problem = StoreProblem(path, str(exc))
                 if quarantine:
                     self.corrupt_dir.mkdir(parents=True, exist_ok=True)
                     dest = self.corrupt_dir / f"{path.name}.{time.time_ns()}"
-                    os.replace(path, dest)
+                    try:
+                        os.replace(path, dest)
+                    except FileNotFoundError:  # (the same race, a moment later)
+                        continue
                     problem = StoreProblem(path, f"{exc}; moved to {dest}, the cell will be recomputed")
                 if warn:
                     _warn(f"corrupt cell file {problem}")
