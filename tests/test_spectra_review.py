@@ -255,11 +255,18 @@ def test_spectrum_simulation_options_checked_before_the_theory(monkeypatch, args
     _one_error_line(res, name)
 
 
-def test_decompose_table_shows_the_simulations():
+def test_decompose_table_shows_the_simulations(monkeypatch):
     """`decompose --d D --seeds K` trained K students and printed only the theory table: the estimates (the reason
-    to pass --seeds) were in --json only. Now a second table with them."""
+    to pass --seeds) were in --json only. Now a second table with them; and a progress bar (stderr) advances per
+    trained seed (minutes each at d = 200, with nothing on the screen before)."""
+    from rich.progress import Progress
+
+    ticks = []
+    advance = Progress.advance
+    monkeypatch.setattr(Progress, "advance", lambda self, task, n=1: (ticks.append(n), advance(self, task, n)))
     res = CliRunner().invoke(app, ["decompose", "--alpha", "0.5", "--d", "12", "--seeds", "2", "--n-test", "100"])
     assert res.exit_code == 0, res.output
+    assert ticks == [1, 1]
     assert "finite-d estimators: d=12, 2 prox ERM run(s)" in res.stdout
     row = [line for line in res.stdout.splitlines() if "±" in line and "│" in line]
     assert len(row) == 1 and row[0].count("±") == 7

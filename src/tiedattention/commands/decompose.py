@@ -7,6 +7,7 @@ docs/theory/decomposition.md.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -112,17 +113,28 @@ def decompose(
         se = StateEvolution(problem, d=d)
         sat = saturation_point(se)
     records = []
-    for res in se.learning_curve(alphas):
-        rec = decompose_point(se, res, c_inf, sat)
-        if seeds > 0:
-            if rec["converged"]:
-                rec.update(simulate_parts(problem, se, res.alpha, d, seeds, rec["c_inf"], rec["k_star"], sat,
-                                          n_test=n_test, debias=debias))
-            else:
-                rec["sim_message"] = "theory point did not converge: no outlier count to match, simulations skipped"
-        records.append(rec)
-        if json:
-            emit_json(rec)
+    with contextlib.ExitStack() as stack:
+        bar = job = None
+        if seeds > 0:  # minutes per seed at d = 200: say where the run is (stderr, gone when done)
+            from rich.console import Console
+            from rich.progress import Progress
+
+            bar = stack.enter_context(Progress(console=Console(stderr=True), transient=True))
+            job = bar.add_task(f"ERM runs at d={d}", total=len(alphas) * seeds)
+        for res in se.learning_curve(alphas):
+            rec = decompose_point(se, res, c_inf, sat)
+            if seeds > 0:
+                if rec["converged"]:
+                    rec.update(simulate_parts(problem, se, res.alpha, d, seeds, rec["c_inf"], rec["k_star"], sat,
+                                              n_test=n_test, debias=debias,
+                                              on_seed=lambda *a: bar.advance(job)))
+                else:
+                    rec["sim_message"] = ("theory point did not converge: no outlier count to match, "
+                                          "simulations skipped")
+                    bar.advance(job, seeds)
+            records.append(rec)
+            if json:
+                emit_json(rec)
     if not json:
         table = Table(title=f"error decomposition: {problem.options()['target']}")
         for col in ("α", "e_test", "e_0", "E_over", "E_under", "E_approx", "E_mismatch", "MSE", "k*", "conv"):

@@ -3,6 +3,7 @@ with ``--d`` simulated spectra overlaid (histogram) and compared (rank, top sing
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Annotated, Any
@@ -61,8 +62,20 @@ def spectrum_cmd(
                 raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
             resolve_device(device)
             n_of(alpha, d)
-        record = spectrum_record(problem, alpha, d=d, seeds=seeds, solver=solver, device=device,
-                                 theory_d=theory_d, out=out, joint_law=joint_law)
+        with contextlib.ExitStack() as stack:
+            tick = None
+            if d is not None:  # the trainings take minutes at d = 200-400: say where the run is (stderr, transient)
+                from rich.console import Console
+                from rich.progress import Progress
+
+                bar = stack.enter_context(Progress(console=Console(stderr=True), transient=True))
+                job = bar.add_task(f"ERM runs at d={d}", total=seeds)
+
+                def tick(info: dict[str, Any]) -> None:
+                    bar.advance(job)
+
+            record = spectrum_record(problem, alpha, d=d, seeds=seeds, solver=solver, device=device,
+                                     theory_d=theory_d, out=out, joint_law=joint_law, progress=tick)
     if not record["converged"]:  # says so (and nothing is drawn or simulated) instead of a traceback
         if json:
             emit_json(record)
@@ -103,9 +116,10 @@ def spectrum_cmd(
 
 def spectrum_record(problem, alpha: float, d: int | None = None, seeds: int = 4, solver: str = "prox",
                     device: str = "cpu", theory_d: int | None = None, out: Path | None = None,
-                    joint_law: int = 0) -> dict[str, Any]:
+                    joint_law: int = 0, progress=None) -> dict[str, Any]:
     """Theory (and, with d, simulation) of the learned spectrum as one JSON-ready record; draws ``out``.
-    ``converged`` and ``message`` are the SE point's; where it did not converge ``theory`` is None and nothing is
+    ``progress(info)``: called after each simulated seed (simulate_record's). ``converged`` and ``message`` are
+    the SE point's; where it did not converge ``theory`` is None and nothing is
     simulated or drawn.
 
     ``joint_law`` = K > 0: the recovered outliers among the top K target modes are also given corrected for the
@@ -130,7 +144,8 @@ def spectrum_record(problem, alpha: float, d: int | None = None, seeds: int = 4,
     if d is not None:
         from ..simulation import simulate_record
 
-        sim = simulate_record(problem, alpha, d, seeds=seeds, solver=solver, device=device, return_spectra=True)
+        sim = simulate_record(problem, alpha, d, seeds=seeds, solver=solver, device=device, return_spectra=True,
+                              progress=progress)
         ev = np.asarray(sim["eigenvalues"], float)
         sv = np.asarray(sim["singular_values"], float)
         tol = 1e-6 * max(float(np.max(np.abs(ev))), 1e-300)
