@@ -265,3 +265,15 @@ def test_verify_tolerates_a_corrupt_file_moved_aside_by_another_driver(tmp_path,
     monkeypatch.setattr(Store, "_read_file", read_then_lose_race)
     assert store.verify(quarantine=True, warn=False) == []
     assert not damaged.exists() and not store.corrupt_dir.exists()
+
+
+@pytest.mark.parametrize("text", ['[grid]\nalpha = [0.5]\nd = [1]\n[run]\nroutes = ["simulate"]\nseeds = 1\n',
+                                  '[grid]\nalpha = [0.5]\ntarget = ["powerlaw:1.25"]\n[run]\nd = 1\n'])
+def test_spec_d_is_checked_as_the_cli_checks_it(text):
+    """d = 1 passed the spec (>= 1) while every command refuses it (--d: must be an integer >= 2): the simulate cells
+    failed at run time and a power-law theory cell was computed at a d no command accepts."""
+    from tiedattention.errors import ParameterError
+
+    with pytest.raises(ParameterError) as exc:
+        parse_spec(text)
+    assert exc.value.param == "d" and "must be an integer >= 2" in exc.value.message

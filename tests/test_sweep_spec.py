@@ -123,7 +123,7 @@ def test_file_target_key_follows_file_content(tmp_path, monkeypatch):
         ("[grid]\nalpha = [0.1]\ntokens = [1]\n", "tokens", "integer >= 2"),
         ("[grid]\nalpha = [0.1]\ntarget = ['mp:0.5', 'foo:1']\n", "target", "unknown target"),
         ("[grid]\nalpha = [0.1]\nmodel = ['tied']\n", "model", "factorized"),
-        ("[grid]\nalpha = [0.1]\nd = [10, 2.5]\n", "d", "integer >= 1"),
+        ("[grid]\nalpha = [0.1]\nd = [10, 2.5]\n", "d", "integer >= 2"),
         ("[grid]\nalpha = []\n", "alpha", "at least one value"),
         ("[grid]\nlam = [0.1]\n", "alpha", "needs at least one alpha"),
         ("[grid]\nalpha = [0.1]\n[runs]\nroutes = ['theory']\n", "runs", "unknown table"),

@@ -154,7 +154,7 @@ def _normalise_value(name: str, value: Any, where: str) -> Any:
         except ParameterError as exc:
             raise ParameterError("alpha", f"{exc.message} in {where}") from None
     if name == "d":
-        return _check_int("d", value, 1, where)
+        return _check_int("d", value, 2, where)  # as the commands' --d (cli_common.check_dimension)
     if name == "seeds":
         return _check_int("seeds", value, 1, where)
     try:
@@ -177,7 +177,7 @@ def _route_ok(route: Any) -> bool:
 
 def _check_setting(name: str, value: Any, where: str) -> Any:
     if name in ("d", "seeds"):
-        return _check_int(name, value, 1, where)
+        return _check_int(name, value, 2 if name == "d" else 1, where)
     if name in ("n_test",):
         return _check_int(name, value, 1, where)
     if name == "seed0":
