@@ -244,3 +244,23 @@ def test_ctrl_c_during_the_theory_says_so(monkeypatch):
     assert res.exit_code == 130
     assert res.stderr.strip() == ("simulate: interrupted while solving the state evolution of --theory "
                                   "(before any training)")
+
+
+def test_an_unconverged_se_is_marked_in_the_table(monkeypatch):
+    """--theory printed an SE that did not converge like any other number (the JSON had se_converged: false, the
+    table nothing): now '?' on SE and z, a caption note and one warning line."""
+    import tiedattention.theory.api as theory_api
+
+    real = theory_api.theory_records
+
+    def unconverged(*args, **kwargs):
+        return [{**r, "converged": False} for r in real(*args, **kwargs)]
+
+    monkeypatch.setattr(theory_api, "theory_records", unconverged)
+    runner, app = _cli()
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5", "--theory"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.stdout.splitlines() if line.startswith("│ 0.5"))
+    assert row.count("?") == 2
+    assert "?: the SE did not converge there" in " ".join(res.stdout.split())
+    assert "warning: the state evolution of --theory did not converge at α = 0.5" in res.stderr

@@ -273,6 +273,10 @@ def simulate(
                         save_spectra(save_spectra_to, records)
                 except OSError as exc:
                     raise ParameterError(name, f"cannot write '{path}': {exc.strerror or exc}") from None
+    unconverged_se = sorted({r["alpha"] for r in se_records.values() if not r["converged"]})
+    if unconverged_se:  # the record says se_converged: false; the table marks it; say it once here too
+        typer.echo(f"warning: the state evolution of --theory did not converge at α = "
+                   f"{', '.join(f'{a:.4g}' for a in unconverged_se)} (se_converged: false)", err=True)
     if not json and shown:
         title = label if len(dims) == 1 else f"{label} and the 1/d fit"
         table = Table(title=f"simulation ({solver}, {title}, {seeds} seeds): {problem.task.target} "
@@ -280,7 +284,8 @@ def simulate(
                       caption="test/clean: test error against noisy/clean labels; rank: fraction of eig > 1e-6 max"
                       + ("; d = ∞: intercept a of y = a + b/d over the d above" if len(dims) > 1 else "")
                       + ("; SE: state evolution " + ("(d → ∞)" if limit_theory else "at each d")
-                         + ", z = (test − SE)/sem" if theory else ""))
+                         + ", z = (test − SE)/sem" if theory else "")
+                      + ("; ?: the SE did not converge there" if unconverged_se else ""))
         cols = ["α", "d", "n", "test", "± sem", "clean", "train", "MSE S", "rank", "conv", "s"]
         if theory:
             cols[5:5] = ["SE", "z"]
@@ -294,8 +299,9 @@ def simulate(
                    "" if fit else f"{r['rank_mean']:.3f}", "" if fit else f"{r['converged']:.2f}",
                    f"{r['seconds']:.1f}"]
             if theory:
-                row[5:5] = ([f"{r['se_test_error']:.4f}", f"{r['z_test_error']:+.1f}"] if "se_test_error" in r
-                            else ["", ""])
+                mark = "" if r.get("se_converged", True) else "?"
+                row[5:5] = ([f"{r['se_test_error']:.4f}{mark}", f"{r['z_test_error']:+.1f}{mark}"]
+                            if "se_test_error" in r else ["", ""])
             table.add_row(*row)
         print_table(table, min_width=120)
     if interrupted:
