@@ -20,12 +20,12 @@ def _one_thread():
     torch.set_num_threads(old)
 
 
-@pytest.mark.parametrize("model", ["direct", "factorized"])
-def test_lbfgs_sees_the_objective_in_float64(model):
+@pytest.mark.parametrize("model,kappa", [("direct", 1.0), ("factorized", 1.0), ("factorized", 2.0)])
+def test_lbfgs_sees_the_objective_in_float64(model, kappa):
     """L-BFGS handed torch's LBFGS a float32 copy of the objective (torch.tensor(F) of a Python float), so it could
     not see changes below ~1e-7 relative and stopped there with converged=True. In float64 it reaches the prox
     minimiser (a smooth, well-conditioned problem at lam = 0.01) to far better than that."""
-    pb = Problem.from_options(lam=0.01, model=model)
+    pb = Problem.from_options(lam=0.01, model=model, kappa=kappa)
     data = sample_dataset(pb, n=200, d=20, rng_or_seed=1)
     ref = train(pb, data, solver="prox", seed=1, rtol=1e-15)
     res = train(pb, data, solver="lbfgs", seed=1)
