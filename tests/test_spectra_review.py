@@ -338,3 +338,27 @@ def test_spectrum_joint_law_in_the_interpolating_phase_says_why_not():
     _add_joint_law(Problem.from_options(target="spikes:4", lam=0.0), None, SimpleNamespace(phase="interpolating"),
                    theory, 100, 1)
     assert theory["joint_law"]["solved"] == [] and "interpolating phase" in theory["joint_law"]["message"]
+
+
+@pytest.mark.parametrize("target, opts, alpha, d, n_rec", [
+    ("spikes:4,2.5,1.5", dict(lam=0.1), 0.0143, 400, 0),  # theta = 4 being recovered through eps (not yet)
+    ("spikes:4,2.5,1.5", dict(lam=0.1), 0.0146, 400, 1),  # (just: bump mean above eps, its bottom below)
+    ("spikes:4,2.5,1.5", dict(kappa=0.025), 0.5, 100, 3),  # p = 2.5: the rank cut halves the bump of 1.5
+])
+def test_outlier_bump_crossed_by_the_cut_keeps_the_mass_one(target, opts, alpha, d, n_rec):
+    """When the cut (eps, or a narrow student's rank cut at a fractional kappa d) crosses an outlier's bump, the
+    whole bump was counted as an outlier (or not at all) on top of its part below the cut in the atom at 0: total
+    mass 0.99917 / 1.00105 / 1.005 here (a rank 0.00083 with no bulk and no outlier at alpha = 0.0143). Now only
+    the part above the cut is in the law: the outlier's ``mass`` (and its eigenvalue is that part's mean) or, not
+    recovered, a bulk; the mean eigenvalue is (1/d)Tr S_hat = s J1 again."""
+    p, se, res, sp = _point(target, alpha, d, **opts)
+    rec = [o for o in sp.outliers if o.recovered]
+    assert sp.n_recovered == n_rec
+    assert sp.atom_zero + sum(b[2] for b in sp.bulks) + sum(o.mass for o in rec) == pytest.approx(1.0, abs=1e-9)
+    assert sp.rank == pytest.approx(res.rank, abs=1e-9)
+    m1 = sum(o.mass * o.eigenvalue for o in rec)
+    for lo, hi, _ in sp.bulks:
+        lam = np.linspace(lo, hi, 20001)[1:-1]
+        m1 += np.trapezoid(lam * sp.density(lam), lam)
+    si = sp.fc.integrals(sp.eps, cut=sp.cut)
+    assert m1 == pytest.approx(sp.scale * (-si.dI_deps / 2), rel=2e-3, abs=1e-8)

@@ -31,7 +31,7 @@ Singular values of W/(p d)^{1/4} are the square roots of the eigenvalues of S_ha
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,7 @@ class Outlier:
     recovered: bool  # detached and above the cut
     delta_c: float = math.nan  # bump alone iff delta < delta_c (computed for detached outliers, else nan)
     multiplicity: int = 1  # target modes at theta (a value repeated k times in a list of d: weight k/d)
+    mass: float = math.nan  # mass of its eigenvalues above the cut (multiplicity/d; less when the cut crosses its bump)
 
     @property
     def singular_value(self) -> float:
@@ -148,7 +149,7 @@ class LearnedSpectrum:
             "outliers": [
                 {"theta": o.theta, "y": o.y, "y_bump": o.y_bump, "overlap": o.overlap, "detached": o.detached,
                  "eigenvalue": o.eigenvalue, "singular_value": o.singular_value, "recovered": o.recovered,
-                 "delta_c": o.delta_c, "multiplicity": o.multiplicity}
+                 "delta_c": o.delta_c, "multiplicity": o.multiplicity, "mass": o.mass}
                 for o in self.outliers
             ],
             "n_recovered": self.n_recovered,
@@ -259,7 +260,8 @@ def _outliers(fc: FreeConvolution, scale: float, eps: float, cut: float, max_wei
         recovered = bool(detached and pos > cut)
         out.append(Outlier(theta=theta, y=float(y), y_bump=y_bump, overlap=float(max(ov, 0.0)) if detached else 0.0,
                            detached=bool(detached), eigenvalue=float(scale * (pos - eps)) if recovered else 0.0,
-                           recovered=recovered, delta_c=float(dc[k]), multiplicity=mult))
+                           recovered=recovered, delta_c=float(dc[k]), multiplicity=mult,
+                           mass=float(weight_all[i]) if recovered else 0.0))
     out.sort(key=lambda o: -o.theta)
     return out
 
@@ -322,6 +324,23 @@ def spectrum_from_result(problem: Problem, measure: SpectralMeasure, res: SEResu
             mass = b["mass"] if b["y_lo"] >= cut else float(fc.cdf(np.array([b["y_hi"]]))[0]) - cdf_cut
             bulks.append((float(scale * (lo_y - eps)), float(scale * (b["y_hi"] - eps)), float(mass)))
     outliers = _outliers(fc, scale, eps, cut, max_outlier_weight)
+    # an outlier's bump that the cut crosses (a mode being recovered through the threshold, or a narrow student
+    # whose kappa d is not an integer): only its part above the cut is in the law (the rest is in the atom at 0).
+    # Recovered (bump mean above the cut): the outlier's mass is that part; not recovered: that part is a bulk.
+    # (Before, the whole bump was counted as well as its part in the atom: total mass 1.005 at kappa d = 4.5.)
+    crossed = {float(b["atoms"][0]): b for b in fc.bulks() if b["atoms"].size == 1 and not b["continuous"]
+               and b["y_lo"] < cut < b["y_hi"]}
+    for j, o in enumerate(outliers):
+        b = crossed.get(o.theta)
+        if b is None:
+            continue
+        above = float(fc.cdf(np.array([b["y_hi"]]))[0] - fc.cdf(np.array([cut]))[0])
+        if o.recovered:  # its eigenvalue: the mean over that part
+            r = fc.adaptive([(b["u_lo"], b["u_hi"], 0.5, 0.5)],
+                            lambda yy, rg: [(yy > cut).astype(float), np.where(yy > cut, yy, 0.0)])
+            outliers[j] = replace(o, mass=above, eigenvalue=float(scale * (r["totals"][1] / r["totals"][0] - eps)))
+        elif above > 0:
+            bulks.append((0.0, float(scale * (b["y_hi"] - eps)), above))
     return LearnedSpectrum(res.alpha, float(scale), float(delta), float(eps), float(cut), atom, bulks, outliers,
                            res.phase, fc)
 
