@@ -277,3 +277,26 @@ def test_spec_d_is_checked_as_the_cli_checks_it(text):
     with pytest.raises(ParameterError) as exc:
         parse_spec(text)
     assert exc.value.param == "d" and "must be an integer >= 2" in exc.value.message
+
+
+@pytest.mark.parametrize("run, name, fragment", [
+    ("threads = 0", "--threads", "must be an integer >= 1"),
+    ("rank_tol = -1", "--rank-tol", "must be in [0, 1)"),
+    ('rank_tol = "x"', "--rank-tol", "must be a number"),
+    ("n_test = 1", "--n-test", "must be an integer >= 2"),
+])
+def test_simulate_route_settings_are_checked_before_the_store(tmp_path, run, name, fragment):
+    """threads = 0, rank_tol = -1, n_test = 1 passed the spec; every simulate cell then failed at run time with the
+    same error (the guide says settings are checked before anything runs)."""
+    pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    spec_path = tmp_path / "grid.toml"
+    spec_path.write_text(f'[grid]\nalpha = [0.5]\n[run]\nroutes = ["simulate"]\nd = 8\nseeds = 1\n{run}\n')
+    res = CliRunner().invoke(app, ["sweep", str(spec_path), "--out", str(tmp_path / "s"), "--no-progress"])
+    assert res.exit_code == 2, res.output
+    line = _one_line(res, f"error: {name}: ")
+    assert fragment in line and "[run]" in line
+    assert not (tmp_path / "s").exists()

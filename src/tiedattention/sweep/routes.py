@@ -136,6 +136,22 @@ def solver_settings(fn: Callable[..., Any]) -> set[str] | None:
     return names
 
 
+def _check_record_settings(solver: str, settings: Mapping[str, Any]) -> None:
+    """The values of simulate_record's own [run] settings (n_test, seed0, threads, rank_tol), by the checks
+    simulate_record makes: ParameterError naming the setting, before any cell runs."""
+    from ..simulation.api import _validate
+
+    for k in ("threads", "rank_tol"):
+        v = settings.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ParameterError(k, f"must be a number (got {v!r}) in [run]")
+    try:
+        _validate(2, 1, solver, settings.get("n_test", 2), settings.get("seed0", 0), settings.get("threads"),
+                  settings.get("rank_tol", 1e-6))
+    except ParameterError as exc:
+        raise ParameterError(exc.param, f"{exc.message} in [run]") from None
+
+
 def _check_simulate_settings(settings: Mapping[str, Any]) -> None:
     """``solver`` is a registered solver (gamp included) and every other [run] key is a setting of the route,
     of simulate_record or of that solver: ParameterError naming the first key that is not."""
@@ -146,6 +162,7 @@ def _check_simulate_settings(settings: Mapping[str, Any]) -> None:
     solver = settings.get("solver", inspect.signature(simulate_record).parameters["solver"].default)
     if solver not in SOLVERS:
         raise ParameterError("solver", f"unknown solver {solver!r} in [run] (known: {', '.join(sorted(SOLVERS))})")
+    _check_record_settings(solver, settings)
     own = solver_settings(SOLVERS[solver])
     if own is None:  # a custom solver taking **options: nothing to check against
         return

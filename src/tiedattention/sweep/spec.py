@@ -179,7 +179,7 @@ def _check_setting(name: str, value: Any, where: str) -> Any:
     if name in ("d", "seeds"):
         return _check_int(name, value, 2 if name == "d" else 1, where)
     if name in ("n_test",):
-        return _check_int(name, value, 1, where)
+        return _check_int(name, value, 2, where)  # as simulate_record
     if name == "seed0":
         return _check_int(name, value, 0, where)
     if name == "sleep":
