@@ -362,3 +362,11 @@ def test_outlier_bump_crossed_by_the_cut_keeps_the_mass_one(target, opts, alpha,
         m1 += np.trapezoid(lam * sp.density(lam), lam)
     si = sp.fc.integrals(sp.eps, cut=sp.cut)
     assert m1 == pytest.approx(sp.scale * (-si.dI_deps / 2), rel=2e-3, abs=1e-8)
+
+
+def test_spectrum_out_takes_the_figure_formats_of_the_other_commands(tmp_path):
+    """theory --out and scaling --out take .png, .pdf or .svg; spectrum --out refused .pdf/.svg ("must be a .png")."""
+    out = tmp_path / "s.svg"
+    res = CliRunner().invoke(app, ["spectrum", "--alpha", "0.5", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert out.read_text().lstrip().startswith("<?xml") and "<svg" in out.read_text()

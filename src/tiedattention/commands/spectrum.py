@@ -11,7 +11,16 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from ..cli_common import JsonOpt, atomic_write, check_dimension, check_output_file, cli_errors, emit_json, with_problem
+from ..cli_common import (
+    FIGURE_SUFFIXES,
+    JsonOpt,
+    atomic_write,
+    check_dimension,
+    check_output_file,
+    cli_errors,
+    emit_json,
+    with_problem,
+)
 from ..errors import ParameterError
 from ..problem import Problem, validate_alpha
 
@@ -35,7 +44,7 @@ def spectrum_cmd(
         "--joint-law", help="K > 0: treat the top K target modes (and the target's MP part) exactly, not as "
         "Gaussian logits, and correct every recovered outlier among them; take K >= the number of strong modes "
         "(every spike). Needs a finite d (--d or --theory-d); ~10-60 s per outlier")] = 0,
-    out: Annotated[Path | None, typer.Option("--out", help="write the figure here (PNG)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="write the figure here (.png, .pdf or .svg)")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Law of the learned spectrum at one α: atom at 0, bulk(s), outliers and overlaps; optional simulation."""
@@ -54,7 +63,7 @@ def spectrum_cmd(
         if joint_law > (theory_d if theory_d is not None else d or 0) > 0:  # (was "--k: must be <= d", after the SE)
             raise ParameterError("joint-law", f"must be <= d = {theory_d if theory_d is not None else d} "
                                               f"(got {joint_law})")
-        check_output_file(out, "out", suffix=".png")
+        check_output_file(out, "out", suffix=FIGURE_SUFFIXES)  # (.png only before, unlike theory and scaling)
         if d is not None:  # the simulation's options, before the theory is computed (not after it)
             from ..simulation import SOLVERS, n_of, resolve_device
 
@@ -226,6 +235,6 @@ def _draw(sp, ev, out: Path, problem, alpha: float, joint: list[float] | None = 
                  f"Δ={problem.task.noise:g}, κ={problem.student.kappa:g}")
     fig.tight_layout()
     try:
-        atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+        atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=120, format=Path(out).suffix[1:].lower()))
     finally:
         plt.close(fig)
