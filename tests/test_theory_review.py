@@ -168,3 +168,32 @@ def test_theory_json_exit_status_on_non_convergence():
             assert "1 of 2 points did not converge (α = 1;" in res.stderr
     lines = [json.loads(x) for x in res.stdout.splitlines()]
     assert [r["converged"] for r in lines] == [True, False]
+
+
+def test_gauss_hermite_order_is_bounded():
+    """The T = 2 channel's tensor rule has order^4 nodes (~100 bytes each while built). channel_setup asked for order
+    12 beta, so beta = beta0 = 10 meant order 120 (~20 GB); StateEvolution(channel_options={"order": 1000}) died
+    of a MemoryError. The automatic order is capped at 64, a larger one is refused in one line."""
+    from tiedattention import Problem
+    from tiedattention.errors import ParameterError
+    from tiedattention.theory import StateEvolution
+    from tiedattention.theory.channel import MAX_GH_ORDER
+    from tiedattention.theory.state_evolution import channel_setup
+
+    assert MAX_GH_ORDER == 64
+    assert channel_setup(Problem.from_options(beta=10, beta0=10), 1.5)[1]["order"] == 64
+    assert channel_setup(Problem.from_options(beta=2, beta0=1), 1.5)[1]["order"] == 24  # unchanged below the cap
+    for order in (1, 65, 1000):
+        with pytest.raises(ParameterError, match="between 2 and 64"):
+            StateEvolution(Problem.from_options(), channel_options={"order": order})
+
+
+def test_accuracy_not_met_at_max_order_is_said():
+    """Where the order cannot be raised any further (max_order; beta = beta0 = 10 starts at the cap 64 and gave a
+    fixed-point error 1.2e-3 > accuracy 1e-3 with an empty message) the message says the accuracy was not met."""
+    from tiedattention import Problem
+    from tiedattention.theory import StateEvolution
+
+    r = StateEvolution(Problem.from_options(), accuracy=1e-7, max_order=16).solve(1.0)
+    assert r.converged and r.quadrature == "gh16" and r.errors["fixed_point_test_error"] > 1e-7
+    assert "> accuracy 1e-07 at Gauss-Hermite order 16 (max_order 16)" in r.message

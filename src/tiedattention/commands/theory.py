@@ -20,7 +20,6 @@ from ..cli_common import (
 from ..errors import ParameterError
 from ..problem import Problem
 
-MAX_ORDER = 64  # --order: the T = 2 channel's Gauss-Hermite grid has order^4 nodes (64: 1.7e7)
 LAM_DEFAULT = {name: default for name, _, default in PROBLEM_OPTIONS}["lam"]  # warned about with --optimal-lam
 
 
@@ -76,8 +75,10 @@ def theory(
         lam_bounds = parse_lam_range(lam_range)
         options = {"tol": tol, "accuracy": accuracy}
         if order is not None:
-            if not 2 <= order <= MAX_ORDER:  # the T = 2 rule is an order^4 grid: 1000 died of a MemoryError
-                raise ParameterError("order", f"must be between 2 and {MAX_ORDER} (got {order})")
+            from ..theory.channel import MAX_GH_ORDER  # the T = 2 rule is an order^4 grid: 1000 died of a MemoryError
+
+            if not 2 <= order <= MAX_GH_ORDER:
+                raise ParameterError("order", f"must be between 2 and {MAX_GH_ORDER} (got {order})")
             if problem.task.tokens > 2:
                 typer.echo(f"warning: --order is the Gauss-Hermite order of T = 2; T = {problem.task.tokens} uses a "
                            "QMC rule and ignores it", err=True)

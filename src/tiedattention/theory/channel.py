@@ -707,6 +707,9 @@ def _channel_groups(dim: int, n: int, student: bool) -> tuple[tuple[int, ...], .
     return ((0, 2), (1, 3)) if student else ((0,), (1,))
 
 
+MAX_GH_ORDER = 64  # the largest Gauss-Hermite order per dimension (T = 2: 64^4 = 1.7e7 nodes)
+
+
 @lru_cache(maxsize=32)
 def _gh_panel(dim: int, order: int, prune: float, groups: tuple = ()) -> _Panel:
     """Tensor Gauss-Hermite (probabilists') rule in ``dim`` dimensions, nodes with weight < prune dropped,
@@ -895,6 +898,11 @@ class SoftmaxChannel:
         self.symmetric = bool(symmetric)
         groups = _channel_groups(self.dim, self.n, True) if self.symmetric else ()
         if rule == "gh":
+            # the tensor rule has order^dim nodes (and ~100 bytes per node while built): order 120, which
+            # beta = beta0 = 10 asked for through channel_setup's 12 beta, would need ~20 GB
+            if not 2 <= self.order <= MAX_GH_ORDER or self.order_low < 2:
+                raise ParameterError("order", f"must be between 2 and {MAX_GH_ORDER} (got {self.order}; the "
+                                     f"Gauss-Hermite rule has order^{self.dim} nodes)")
             panels = [_gh_panel(self.dim, self.order, prune, groups)]
             if estimate_error:
                 panels.append(_gh_panel(self.dim, self.order_low, prune, groups))

@@ -40,7 +40,7 @@ from scipy import optimize
 
 from ..errors import ConvergenceWarning, ParameterError
 from ..problem import Problem, alpha_bar, validate_alpha
-from .channel import ChannelParams, SoftmaxChannel
+from .channel import MAX_GH_ORDER, ChannelParams, SoftmaxChannel
 from .denoisers import matrix_update
 from .spectral import FreeConvolution
 
@@ -481,6 +481,10 @@ class StateEvolution:
                     f"the test error {est:.1e} > accuracy {self.accuracy:g}")
             hi.message = f"{hi.message}; {note}" if hi.message else note
             est, res = err["fixed_point_test_error"], hi
+        if self.accuracy is not None and est is not None and est > self.accuracy:  # order at its maximum
+            note = (f"fixed-point error estimate of the test error {est:.1e} > accuracy {self.accuracy:g} at "
+                    f"Gauss-Hermite order {order} (max_order {self.max_order})")
+            res.message = f"{res.message}; {note}" if res.message else note
         return res
 
     def _add_two_order_errors(self, alpha: float, res: SEResult) -> None:
@@ -1024,7 +1028,9 @@ def channel_setup(problem: Problem, q0: float, channel_options: dict | None = No
     # The softmax's poles sit at imaginary distance ~pi/beta, so the rule needs ~beta times more nodes
     # per dimension at low temperature (beta = beta0 = 2 at order 12 lands ~20 % off, measured): 12 beta.
     sharp = max(1.0, problem.student.beta, task.beta0)
-    options = {"order": max(GH_ORDER, int(math.ceil(12 * sharp))), **(channel_options or {})}
+    # (capped at MAX_GH_ORDER = 64, whose order^4 grid still fits in memory: from beta = 5.4 on the point's own
+    # fixed-point error estimate says what that costs)
+    options = {"order": min(MAX_GH_ORDER, max(GH_ORDER, int(math.ceil(12 * sharp)))), **(channel_options or {})}
     # QMC (T >= 3): 4 scrambled replicas of 2^12 Sobol' points, 2^11 from T = 5 on (cost ~ T^3 per node;
     # relative error of the conjugates ~4e-3 at T = 5, reported in ``errors``; raise qmc_log2 for more)
     if task.tokens >= 5 and "qmc_log2" not in options:
