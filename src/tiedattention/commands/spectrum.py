@@ -214,10 +214,12 @@ def _draw(sp, ev, out: Path, problem, alpha: float, joint: list[float] | None = 
     if ev is not None:
         nz = ev[ev > 0]
         w = np.full(nz.size, 1.0 / ev.size)  # histogram area = simulated rank fraction, like the density
-        ax1.hist(nz, bins=50, weights=w / (1.05 * top / 50), color="C1", alpha=0.5,
+        # bins on [0, 1.05 top] (the width the weights assume; numpy's default range is the data's min..max)
+        ax1.hist(nz, bins=50, range=(0.0, 1.05 * top), weights=w / (1.05 * top / 50), color="C1", alpha=0.5,
                  label=f"simulation (zero: {1 - nz.size / ev.size:.3f})")
         snz = np.sqrt(nz)
-        ax2.hist(snz, bins=50, weights=w / (math.sqrt(1.05 * top) / 50), color="C1", alpha=0.5, label="simulation")
+        ax2.hist(snz, bins=50, range=(0.0, math.sqrt(1.05 * top)), weights=w / (math.sqrt(1.05 * top) / 50),
+                 color="C1", alpha=0.5, label="simulation")
     for o in sp.outliers:
         if o.recovered:
             ax1.axvline(o.eigenvalue, color="C3", ls="--", lw=0.8)
