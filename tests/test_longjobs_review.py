@@ -300,3 +300,34 @@ def test_simulate_route_settings_are_checked_before_the_store(tmp_path, run, nam
     line = _one_line(res, f"error: {name}: ")
     assert fragment in line and "[run]" in line
     assert not (tmp_path / "s").exists()
+
+
+def test_sweep_never_overwrites_a_manifest_or_spec_toml_it_did_not_write(tmp_path):
+    """`sweep grid.toml --out .` in a project directory replaced the user's own manifest.json and spec.toml with the
+    store's (silently, data lost). A directory whose manifest.json is not a tiedattention store's is refused."""
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "grid.toml").write_text('[grid]\nalpha = [0.1]\n[run]\nroutes = ["sleep"]\n')
+    (project / "manifest.json").write_text('{"name": "my web app"}\n')
+    (project / "spec.toml").write_text("my own spec\n")
+    res = CliRunner().invoke(app, ["sweep", str(project / "grid.toml"), "--out", str(project), "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert "manifest.json" in _one_line(res, "error: --out: ")
+    assert (project / "manifest.json").read_text() == '{"name": "my web app"}\n'
+    assert (project / "spec.toml").read_text() == "my own spec\n"
+    assert sorted(p.name for p in project.iterdir()) == ["grid.toml", "manifest.json", "spec.toml"]
+    (project / "manifest.json").unlink()  # a spec.toml alone (no manifest): not ours either
+    res = CliRunner().invoke(app, ["sweep", str(project / "grid.toml"), "--out", str(project), "--no-progress"])
+    assert res.exit_code == 2 and "spec.toml" in _one_line(res, "error: --out: ")
+    assert (project / "spec.toml").read_text() == "my own spec\n"
+    # a real store is reused as before
+    store = tmp_path / "store"
+    for _ in range(2):
+        res = CliRunner().invoke(app, ["sweep", str(project / "grid.toml"), "--out", str(store), "--workers", "1",
+                                       "--no-progress"])
+        assert res.exit_code == 0, res.output
+    assert "1 skipped" in res.stderr

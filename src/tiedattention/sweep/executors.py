@@ -255,6 +255,10 @@ def run_sweep(
     if "simulate" in spec.routes and isinstance(executor, str) and executor == "local":
         check_local_device(spec.settings)
     root = store.root if isinstance(store, Store) else Path(store)
+    foreign = (store if isinstance(store, Store) else Store(root, create=False)).foreign_file()
+    if foreign is not None:  # never overwrite a file the user wrote (--out . in a project directory)
+        raise ParameterError("store", f"'{root}' holds a {foreign} that no sweep store wrote; it would be replaced: "
+                                      "give a new directory (or an existing store)")
     try:  # a store directory the file system refuses: one ParameterError, not a traceback
         if not isinstance(store, Store):
             store = Store(root)

@@ -251,6 +251,19 @@ class Store:
         return df
 
     # ---------------------------------------------------------------------------------------------
+    def foreign_file(self) -> str | None:
+        """The name of a file of ``root`` that a run would overwrite but that no store wrote: a ``manifest.json``
+        that is not a tiedattention manifest, or a ``spec.toml`` without one (``--out .`` in a project directory).
+        None when the directory is a store, or can become one without losing anything."""
+        manifest = self.root / "manifest.json"
+        if manifest.is_file():
+            try:
+                ours = json.loads(manifest.read_text()).get("package") == "tiedattention"
+            except (OSError, ValueError, AttributeError):
+                ours = False
+            return None if ours else "manifest.json"
+        return "spec.toml" if (self.root / "spec.toml").is_file() and not manifest.exists() else None
+
     def _write_text(self, name: str, text: str) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".tmp-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
