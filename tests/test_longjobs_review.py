@@ -331,3 +331,25 @@ def test_sweep_never_overwrites_a_manifest_or_spec_toml_it_did_not_write(tmp_pat
                                        "--no-progress"])
         assert res.exit_code == 0, res.output
     assert "1 skipped" in res.stderr
+
+
+def test_output_checks_refuse_a_directory_that_is_not_writable(tmp_path, monkeypatch):
+    """An --out in a directory the user cannot write was accepted, and the command computed everything before failing
+    with a PermissionError traceback (theory --out) or one line after the work (phase --out). (Root can write
+    anywhere, so os.access is made to say no for one directory.)"""
+    from tiedattention.cli_common import check_output_dir, check_output_file
+    from tiedattention.errors import ParameterError
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == locked else real(p, mode, **kw))
+    with pytest.raises(ParameterError, match="directory '.*locked' is not writable") as exc:
+        check_output_file(locked / "fig.png", "out", suffix=".png")
+    assert exc.value.param == "out"
+    with pytest.raises(ParameterError, match="is not writable"):
+        check_output_dir(locked, "out")
+    with pytest.raises(ParameterError, match="cannot create directory .*'.*locked' is not writable"):
+        check_output_dir(locked / "new" / "deeper", "store")
+    check_output_file(tmp_path / "fig.png", "out", suffix=".png")  # the others pass
+    check_output_dir(tmp_path / "new", "out")

@@ -156,6 +156,8 @@ def check_output_file(path: Path | str | None, name: str, suffix: str | tuple[st
         raise ParameterError(name, f"must be a {kinds} file (got '{path}')")
     if not path.parent.is_dir():
         raise ParameterError(name, f"directory '{path.parent}' does not exist")
+    if not os.access(path.parent, os.W_OK | os.X_OK):  # (written through a temporary file in that directory)
+        raise ParameterError(name, f"directory '{path.parent}' is not writable")
 
 
 def check_output_dir(path: Path, name: str = "out") -> None:
@@ -165,6 +167,9 @@ def check_output_dir(path: Path, name: str = "out") -> None:
     for p in (path, *path.parents):
         if p.exists():
             if p.is_dir():
+                if not os.access(p, os.W_OK | os.X_OK):
+                    raise ParameterError(name, f"directory '{p}' is not writable" if p == path else
+                                         f"cannot create directory '{path}': '{p}' is not writable")
                 return
             if p == path:
                 raise ParameterError(name, f"'{path}' is a file, not a directory")
