@@ -197,3 +197,21 @@ def test_accuracy_not_met_at_max_order_is_said():
     r = StateEvolution(Problem.from_options(), accuracy=1e-7, max_order=16).solve(1.0)
     assert r.converged and r.quadrature == "gh16" and r.errors["fixed_point_test_error"] > 1e-7
     assert "> accuracy 1e-07 at Gauss-Hermite order 16 (max_order 16)" in r.message
+
+
+def test_indefinite_target_is_not_recovered_by_a_psd_student():
+    """A target with negative eigenvalues (spikes:3,-2, file:eig.npy with signs) cannot be represented by the PSD
+    student: `thresholds` reported perfect_recovery_factorized (0.0767 here) and, noiseless, the PSD closed form
+    (1 - w^2/2)/2 = 0.2696 for the interpolation threshold while its Delta -> 0+ limit is 0.25029 (for an indefinite
+    target I(0, 0) = int y_+^2 < Q0, so H(0+) < 0 even at Delta = 0)."""
+    from tiedattention import Problem
+    from tiedattention.theory import thresholds
+
+    th = [thresholds(Problem.from_options(target="spikes:3,-2", noise=n), d=50) for n in (0.0, 1e-6)]
+    assert th[0].perfect_recovery_factorized is None and "negative eigenvalues" in th[0].message
+    assert th[0].interpolation == pytest.approx(th[1].interpolation, abs=1e-7)
+    assert th[0].interpolation < 0.26
+    psd = thresholds(Problem.from_options(target="spikes:3,2", noise=0.0), d=50)
+    assert psd.perfect_recovery_factorized is not None and psd.message == ""
+    r = _solve(1.0, noise=0.0, lam=0.0, target="spikes:3,-2", d=50)
+    assert "perfect recovery" not in r.message and not (r.converged and r.mse < 1e-6)

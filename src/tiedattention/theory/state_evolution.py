@@ -898,11 +898,11 @@ class StateEvolution:
         return self._inter_abar
 
     def _recovers(self, abar: float) -> bool:
-        """Noiseless factorised lambda -> 0+ at or above perfect recovery (a student of rank >= the target's)."""
-        from .thresholds import perfect_recovery_factorized, rank_fraction
+        """Noiseless factorised lambda -> 0+ at or above perfect recovery (a PSD target; a student of rank >= its)."""
+        from .thresholds import negative_mass, perfect_recovery_factorized, rank_fraction
 
         st = self.problem.student
-        if self.problem.task.noise != 0.0 or st.model != "factorized":
+        if self.problem.task.noise != 0.0 or st.model != "factorized" or negative_mass(self.measure) > 0:
             return False
         kappa0 = rank_fraction(self.measure)
         return st.kappa >= kappa0 and abar >= perfect_recovery_factorized(kappa0)
@@ -1107,6 +1107,12 @@ def solve_interpolating_phase(measure, qz: float, abar: float) -> dict[str, Any]
                 "iterations": 0, "residual": nan, "converged": False,
                 "message": "interpolating phase needs 0 < alpha_bar < 1/2"}
     q0 = measure.q0
+    from .thresholds import negative_mass, rank_fraction
+
+    recoverable = negative_mass(measure) == 0.0  # a PSD estimator cannot equal an indefinite S0
+    recovered = {"delta": 0.0, "eps": 0.0, "I": q0, "m_over_r": q0, "rank": rank_fraction(measure),
+                 "trace": measure.moment(1), "iterations": 0, "residual": 0.0, "converged": True,
+                 "message": "perfect recovery (delta = 0)"}
     # scan delta upwards on a geometric grid for the first sign change of G (> 0 at small delta)
     grid = np.geomspace(1e-3, 1e3, 43)
     b = nb = None
@@ -1118,10 +1124,8 @@ def solve_interpolating_phase(measure, qz: float, abar: float) -> dict[str, Any]
             break
         g_prev = g_next
     if b is None:
-        if qz == q0:  # noiseless: delta -> 0 is the solution, S_hat = S0 / r (perfect recovery)
-            return {"delta": 0.0, "eps": 0.0, "I": q0, "m_over_r": q0, "rank": float("nan"),
-                    "trace": measure.moment(1), "iterations": 0, "residual": 0.0, "converged": True,
-                    "message": "perfect recovery (delta = 0)"}
+        if qz == q0 and recoverable:  # noiseless: delta -> 0 is the solution, S_hat = r S0 (perfect recovery)
+            return recovered
         return {"delta": nan, "eps": nan, "I": nan, "m_over_r": nan, "rank": nan, "trace": nan,
                 "iterations": 0, "residual": nan, "converged": False,
                 "message": "no interpolating solution (above the interpolation threshold?)"}
@@ -1129,10 +1133,8 @@ def solve_interpolating_phase(measure, qz: float, abar: float) -> dict[str, Any]
     eps, si = eps_of(delta)
     resid = abs(g_raw(delta)[0])
     if eps < 0 or resid > 1e-8 * max(1.0, qz):  # only the jump at eps = 0: no solution with eps >= 0
-        if qz == q0:
-            return {"delta": 0.0, "eps": 0.0, "I": q0, "m_over_r": q0, "rank": float("nan"),
-                    "trace": measure.moment(1), "iterations": 0, "residual": 0.0, "converged": True,
-                    "message": "perfect recovery (delta = 0)"}
+        if qz == q0 and recoverable:
+            return recovered
         return {"delta": nan, "eps": nan, "I": nan, "m_over_r": nan, "rank": nan, "trace": nan,
                 "iterations": rr.iterations, "residual": resid, "converged": False,
                 "message": "no interpolating solution with eps >= 0 (above the interpolation threshold?)"}

@@ -36,6 +36,7 @@ __all__ = [
     "interpolation_noiseless",
     "perfect_recovery_se",
     "rank_fraction",
+    "negative_mass",
     "parameter_count",
 ]
 
@@ -63,6 +64,12 @@ def rank_fraction(measure) -> float:
     atoms, weights = measure.point_masses()
     w0 = float(np.sum(weights[np.abs(atoms) < 1e-14]))
     return 1.0 - w0
+
+
+def negative_mass(measure) -> float:
+    """mu((-inf, 0)): the share of negative target eigenvalues (0 for a PSD target; the MP part is PSD)."""
+    atoms, weights = measure.point_masses()
+    return float(np.sum(weights[atoms < -1e-14]))
 
 
 def perfect_recovery_factorized(kappa0: float) -> float:
@@ -105,7 +112,8 @@ def interpolation_threshold(measure, noise: float, model: str = "factorized") ->
     if model == "direct":
         return 0.5
     w = 1.0 - rank_fraction(measure)
-    if noise == 0:
+    psd = negative_mass(measure) == 0.0  # else I(0, 0) = int y_+^2 < Q0: H(0+) < 0 even at Delta = 0
+    if noise == 0 and psd:
         return (1.0 - w * w / 2.0) / 2.0
     q_target = measure.q0 + noise / 2.0
 
@@ -119,7 +127,7 @@ def interpolation_threshold(measure, noise: float, model: str = "factorized") ->
 
     delta = first_root_from_below(h)
     if delta is None:  # Delta too small to resolve (~1e-15): the delta -> 0 limit
-        return (1.0 - w * w / 2.0) / 2.0
+        return (1.0 - w * w / 2.0) / 2.0 if psd else 0.0
     # no root (delta = inf): the PSD projection never fits the noise; interpolation only below alpha_bar -> 0
     return 0.0 if math.isinf(delta) else value(delta)
 
@@ -236,7 +244,12 @@ def thresholds(problem: Problem, d: int | None = None) -> Thresholds:
     else:
         inter = interpolation_threshold(measure, problem.task.noise, student.model)
     pr_f: float | None = perfect_recovery_factorized(kappa0)
-    if narrow and student.kappa < kappa0:
+    neg = negative_mass(measure)
+    if neg > 0:
+        pr_f = None
+        messages.append(f"no factorised perfect recovery: S0 has negative eigenvalues (a share {neg:.4g}), which the "
+                        "PSD student S = W^T W / sqrt(pd) cannot represent")
+    elif narrow and student.kappa < kappa0:
         pr_f = None
         messages.append(f"no perfect recovery: student rank fraction kappa = {student.kappa:g} < kappa0 = {kappa0:.4g}")
     elif narrow:
