@@ -215,3 +215,19 @@ def test_indefinite_target_is_not_recovered_by_a_psd_student():
     assert psd.perfect_recovery_factorized is not None and psd.message == ""
     r = _solve(1.0, noise=0.0, lam=0.0, target="spikes:3,-2", d=50)
     assert "perfect recovery" not in r.message and not (r.converged and r.mse < 1e-6)
+
+
+def test_rs_stability_of_the_interpolating_phase():
+    """`theory --lam 0 --rs-stability` left every point below the interpolation threshold at "not computed" (Sigma
+    is infinite there) although the lambda -> 0+ AT value D2/(2 alpha_bar) exists (interpolating_phase_at;
+    docs/theory/stability.md: 0.668 at alpha_bar = 0.1, as the full SE at lambda = 1e-6, 0.667)."""
+    from tiedattention import Problem
+    from tiedattention.theory.api import theory_record
+    from tiedattention.theory.stability import rs_fields
+
+    p = Problem.from_options(lam=0.0)
+    rec = theory_record(p, 0.05)
+    assert rec["phase"] == "interpolating"
+    out = rs_fields(p, rec)
+    assert out["rs_at"] == pytest.approx(0.668, abs=2e-3) and out["rs_stable"] is True
+    assert out["rs_switching"] == 0.0

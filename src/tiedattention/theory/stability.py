@@ -425,6 +425,19 @@ def rs_fields(problem: Problem, rec: dict, d: int | None = None, channel_options
     (all None, with a message, for a point that is not converged or not finite). ``channel_options`` None: the rule
     the point was solved with (its ``quadrature``)."""
     out = {"rs_at": None, "rs_at_error": None, "rs_switching": None, "rs_stable": None, "rs_message": ""}
+    if (rec["converged"] and rec.get("phase") == "interpolating" and problem.student.model == "factorized"
+            and all(isinstance(rec.get(k), float) and math.isfinite(rec[k]) for k in ("delta", "eps"))
+            and rec["delta"] > 0):
+        # lambda -> 0+ below the interpolation threshold: AT = D2/(2 alpha_bar) <= 1 (interpolating_phase_at); the
+        # prox is the projection on the affine set of logits that fit the labels, unique: no switching
+        at = interpolating_phase_at(problem.task.target.measure(d), rec["delta"], rec["eps"], rec["alpha_bar"],
+                                    problem.student.kappa)
+        finite = math.isfinite(at["at"])
+        out.update(rs_at=at["at"] if finite else None, rs_at_error=at["error"], rs_switching=0.0,
+                   rs_stable=bool(finite and at["at"] < 1.0),
+                   rs_message="interpolating phase (lambda -> 0+): AT = D2/(2 alpha_bar)" + (
+                       "" if finite else f"; rank cut {at['cut']:.6g} binds above eps: AT infinite, RS unstable"))
+        return out
     if not rec["converged"] or not all(
             isinstance(rec[k], float) and math.isfinite(rec[k]) for k in ("q", "m", "sigma")):
         out["rs_message"] = "not computed (point not converged or not finite)"
