@@ -7,7 +7,7 @@ is finished. The outputs are ``DIR/<name>.png``, ``DIR/<name>.pdf`` and ``DIR/<n
 data), each written atomically.
 
     from tiedattention.reproduce import reproduce
-    paths = reproduce("fig1", "out/figs", quick=True)
+    result = reproduce("fig1", "out/figs", quick=True)   # result.paths: the PNG, PDF and Parquet written
 
 fig7-fig10 are the power-law figures of the study (sequential recovery, emergence, scaling law, error
 decomposition); their routes and the finite-d definition of a detached eigenvalue are in :mod:`.powerlaw`.
