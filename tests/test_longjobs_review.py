@@ -353,3 +353,25 @@ def test_output_checks_refuse_a_directory_that_is_not_writable(tmp_path, monkeyp
         check_output_dir(locked / "new" / "deeper", "store")
     check_output_file(tmp_path / "fig.png", "out", suffix=".png")  # the others pass
     check_output_dir(tmp_path / "new", "out")
+
+
+def crash_or_sleep_route(params):
+    """alpha 0.3 kills its worker process every time (as an out-of-memory kill would); the others take a moment, so
+    that one of them is running next to it when it dies."""
+    if params["alpha"] == 0.3:
+        time.sleep(0.1)
+        os._exit(3)
+    time.sleep(0.6)
+    return {"value": params["alpha"] * 10.0}
+
+
+def test_a_cell_that_kills_its_worker_does_not_take_the_cells_next_to_it_down(tmp_path, monkeypatch):
+    """A worker death was counted against every cell in flight and those were rerun together, so the cell running next
+    to a crash-looping one died with it each time and was reported failed ('a worker process died 2 times running
+    it') although it never crashed. Cells caught in a crash are now rerun alone: a death is their own."""
+    monkeypatch.syspath_prepend(str(HERE))
+    spec = parse_spec({"grid": {"alpha": [0.3, 0.4, 0.5]}, "run": {"routes": [f"{__name__}:crash_or_sleep_route"]}})
+    summary = run_sweep(spec, tmp_path / "s", max_workers=2, progress=False, retries=1)
+    assert list(summary.failures) == [spec.keys[0]], summary.failures
+    assert "died 2 times" in summary.failures[spec.keys[0]]
+    assert summary.computed == 2 and list(summary.table()["value"]) == [4.0, 5.0]

@@ -135,23 +135,30 @@ def _run_local(
     todo: list[Cell], max_workers: int | None, retries: int,
     on_result: Callable[[Cell, dict], None], on_failure: Callable[[Cell, str], None],
 ) -> None:
+    """Run ``todo`` on a pool of spawned processes. When a worker dies, every cell in flight fails with it and nothing
+    says which one killed it: those cells are rerun one at a time on a pool of one ("suspects"), where a death is the
+    cell's own; a cell that kills its worker there too, ``retries`` times in all beyond the first, is reported failed.
+    So a crash-looping cell does not take the cells that ran next to it down."""
     workers = max(1, min(max_workers or os.cpu_count() or 1, len(todo)))
     ctx = mp.get_context("spawn")  # no fork: safe with torch/CUDA and threads in the driver
     pending: deque[Cell] = deque(todo)
+    suspects: deque[Cell] = deque()
     deaths: dict[str, int] = {}
-    while pending:
-        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
+    while pending or suspects:
+        solo = bool(suspects)
+        queue, size = (suspects, 1) if solo else (pending, workers)
+        pool = ProcessPoolExecutor(size, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
         inflight: dict[Future, Cell] = {}
         try:
             broken = False
-            while (pending and not broken) or inflight:
+            while (queue and not broken) or inflight:
                 # at most one cell per worker in flight: a dead worker then implicates only running cells
-                while pending and not broken and len(inflight) < workers:
-                    cell = pending.popleft()
+                while queue and not broken and len(inflight) < size:
+                    cell = queue.popleft()
                     try:
                         inflight[pool.submit(run_cell, cell.payload())] = cell
                     except BrokenProcessPool:
-                        pending.appendleft(cell)
+                        queue.appendleft(cell)
                         broken = True
                 if not inflight:
                     break
@@ -163,10 +170,12 @@ def _run_local(
                     except BrokenProcessPool:
                         broken = True
                         deaths[cell.key] = deaths.get(cell.key, 0) + 1
-                        if deaths[cell.key] > retries:
+                        if not solo:  # one of the cells in flight killed it: rerun each alone
+                            suspects.append(cell)
+                        elif deaths[cell.key] > retries:
                             on_failure(cell, f"a worker process died {deaths[cell.key]} times running it")
                         else:
-                            pending.appendleft(cell)
+                            suspects.appendleft(cell)
                     except CellError as exc:
                         on_failure(cell, str(exc))
                     except Exception as exc:
