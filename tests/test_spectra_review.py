@@ -397,3 +397,21 @@ def test_spectrum_figure_histograms_have_the_simulated_rank_as_area(tmp_path, mo
     ev[:, :30] = np.linspace(0.2, sp.top, 30)  # rank fraction 0.6
     _draw(sp, ev, tmp_path / "f.png", p, 0.5)
     assert seen == [pytest.approx(0.6, rel=1e-9)] * 2
+
+
+def test_scaling_noiseless_labels_have_no_derived_exponent():
+    """`scaling --noise 0` (no output noise either) at d = inf fits 1.51 over nu = 1e3-1e5 and was set against the
+    noisy rate f = 0.6: the derivation needs label noise to keep D = lim alpha delta^2 > 0 (scaling.md section 2).
+    Now predicted_exponent is null there; with output noise the rate stands (fitted 0.637)."""
+    from tiedattention.theory.scaling import LamRule, predicted_exponent
+
+    assert math.isnan(predicted_exponent(1.25, LamRule("optimal"), noiseless=True)[0])
+    assert math.isnan(predicted_exponent(1.25, LamRule("optimal"), model="direct", noiseless=True)[0])
+    assert predicted_exponent(1.25, LamRule("power", 1.0, 1.0), noiseless=True)[0] == 0.0
+    assert predicted_exponent(1.25, LamRule("optimal"), kappa=0.5, noiseless=True)[0] == 0.0
+    res = CliRunner().invoke(app, ["scaling", "--d", "inf", "--noise", "0", "--n-range", "1e3:1e5", "--points", "3",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["predicted_exponent"] is None and "noiseless" in summary["regime"]
+    assert summary["fitted_exponent"] > 1.2

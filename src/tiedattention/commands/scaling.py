@@ -157,7 +157,8 @@ def scaling(
             window = f"{kmin} <= k* <= {kcap:g}: {len(use)} of {len(records)} points"
             fit = {"fitted_exponent": None, "fitted_exponent_ci": None, "message": f"{exc} (fit window {window})",
                    "points": len(use)}
-        f_pred, regime = predicted_exponent(tgt.gamma, rule, kappa=kappa, d_inf=d_inf, model=model)
+        f_pred, regime = predicted_exponent(tgt.gamma, rule, kappa=kappa, d_inf=d_inf, model=model,
+                                            noiseless=problem.task.noise == 0 and problem.task.noise_out == 0)
         if joint_law:
             fit.update(_joint_fit(use, x))
         summary = {"summary": True, "target": tgt.spec, "d": None if d_inf else d_val, "lam_rule": rule.spec, **fit,
