@@ -375,3 +375,24 @@ def test_a_cell_that_kills_its_worker_does_not_take_the_cells_next_to_it_down(tm
     assert list(summary.failures) == [spec.keys[0]], summary.failures
     assert "died 2 times" in summary.failures[spec.keys[0]]
     assert summary.computed == 2 and list(summary.table()["value"]) == [4.0, 5.0]
+
+
+def test_figure_outputs_that_are_directories_are_refused_before_computing(tmp_path):
+    """phase --out FIG.png with FIG.parquet a directory computed every row and then died with an IsADirectoryError
+    traceback; reproduce with OUT/fig4.png a directory computed every cell first. Both are one line, exit 2, now."""
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    (tmp_path / "x.parquet").mkdir()
+    res = CliRunner().invoke(app, ["phase", "--alpha", "0.5", "--over", "lam=0.01", "--out", str(tmp_path / "x.png"),
+                                   "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert "x.parquet' is a directory" in _one_line(res, "error: --out: ")
+    assert not (tmp_path / "x.store").exists()
+    out = tmp_path / "r"
+    (out / "fig4.pdf").mkdir(parents=True)
+    res = CliRunner().invoke(app, ["reproduce", "fig4", "--quick", "--out", str(out), "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert "fig4.pdf' is a directory" in _one_line(res, "error: --out: ")
+    assert sorted(p.name for p in out.iterdir()) == ["fig4.pdf"]

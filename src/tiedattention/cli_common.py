@@ -301,6 +301,7 @@ def resumable(command: str, again: str | None = None, failed_cells: bool = True)
         raise typer.Exit(code=1) from None
     except OSError as exc:  # a write that fails mid-run (disk full, store unmounted), a lost scheduler
         where = f": '{exc.filename}'" if exc.filename else ""
+        where += f" -> '{exc.filename2}'" if getattr(exc, "filename2", None) else ""  # a rename's target
         typer.echo(f"{command}: stopped: {exc.strerror or exc}{where}; the finished cells are in the store (fix the "
                    f"cause and run the same command again to resume)", err=True)
         raise typer.Exit(code=1) from None

@@ -72,6 +72,8 @@ def phase(
             extra = "" if rs_stability else " (rs_at, rs_switching need --rs-stability)"
             raise ParameterError("quantity", f"unknown field {quantity!r}; valid: {', '.join(valid)}{extra}")
         check_output_file(out, "out", suffix=FIGURE_SUFFIXES)
+        if out is not None:  # the table next to the figure
+            check_output_file(out.with_suffix(".parquet"), "out")
         if store is None:
             if out is None:
                 raise ParameterError("store", "give --store DIR (where finished rows are kept) when there is no --out")
@@ -90,7 +92,8 @@ def phase(
         typer.echo(f"warning: {summary['not_converged']} of {summary['points']} points did not converge: {where}{more}"
                    "; they are masked (grey) in the map and listed as converged: false", err=True)
     if out is not None:
-        paths = write_outputs(df, out, quantity)
+        with cli_errors(), resumable("phase"):  # (a write that fails now: one line, the rows are in the store)
+            paths = write_outputs(df, out, quantity)
         summary["files"] = [str(p) for p in paths]
     if json:
         for rec in df.to_dict(orient="records"):

@@ -39,6 +39,10 @@ def register(app: typer.Typer) -> None:
             for n in names:
                 figure_module(n)
             check_output_dir(out, "out")
+            for n in names:  # the files each figure writes
+                for ext in ("png", "pdf", "parquet"):
+                    if (out / f"{n}.{ext}").is_dir():
+                        raise ParameterError("out", f"'{out / f'{n}.{ext}'}' is a directory, not a file")
             if workers is not None and workers < 1:
                 raise ParameterError("workers", f"must be >= 1 (got {workers})")
             if scheduler is not None and "://" not in scheduler:
