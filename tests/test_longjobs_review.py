@@ -396,3 +396,20 @@ def test_figure_outputs_that_are_directories_are_refused_before_computing(tmp_pa
     assert res.exit_code == 2, res.output
     assert "fig4.pdf' is a directory" in _one_line(res, "error: --out: ")
     assert sorted(p.name for p in out.iterdir()) == ["fig4.pdf"]
+
+
+@pytest.mark.parametrize("command", ["sweep", "reproduce"])
+def test_workers_with_a_scheduler_is_refused_not_ignored(tmp_path, command):
+    """--workers 4 --scheduler tcp://... silently ignored --workers (the cluster's workers run the cells)."""
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    spec_path = tmp_path / "grid.toml"
+    spec_path.write_text('[grid]\nalpha = [0.1]\n[run]\nroutes = ["sleep"]\n')
+    first = [str(spec_path)] if command == "sweep" else ["fig4", "--quick"]
+    res = CliRunner().invoke(app, [command, *first, "--out", str(tmp_path / "s"), "--workers", "4",
+                                   "--scheduler", "tcp://127.0.0.1:1", "--no-progress"])
+    assert res.exit_code == 2, res.output
+    assert "--scheduler" in _one_line(res, "error: --workers: ")
+    assert not (tmp_path / "s").exists()

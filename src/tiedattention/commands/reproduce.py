@@ -47,6 +47,9 @@ def register(app: typer.Typer) -> None:
                 raise ParameterError("workers", f"must be >= 1 (got {workers})")
             if scheduler is not None and "://" not in scheduler:
                 raise ParameterError("scheduler", f"expected tcp://HOST:PORT (got {scheduler!r})")
+            if scheduler is not None and workers is not None:
+                raise ParameterError("workers", "sets the local processes; with --scheduler the cluster's workers run "
+                                                "the cells (drop --workers)")
             again = f"tiedattention reproduce {name} --out {out}" + (" --quick" if quick else "")
             failed = []
             with resumable("reproduce", again=again):

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..cli_common import JsonOpt, check_output_dir, cli_errors, emit_json, resumable
+from ..cli_common import check_output_dir, cli_errors, emit_json, resumable
 from ..errors import ParameterError
 
 
@@ -34,7 +34,9 @@ def register(app: typer.Typer) -> None:
         workers: Annotated[
             int | None, typer.Option("--workers", help="local worker processes (default: all cores)")
         ] = None,
-        json_out: JsonOpt = False,
+        json_out: Annotated[
+            bool, typer.Option("--json", help="print this spec's rows of the store as JSON Lines on stdout")
+        ] = False,
         progress: Annotated[
             bool, typer.Option("--progress/--no-progress", help="progress bar on stderr")
         ] = True,
@@ -56,6 +58,9 @@ def register(app: typer.Typer) -> None:
                 raise ParameterError("workers", f"must be >= 1 (got {workers})")
             if scheduler is not None and "://" not in scheduler:
                 raise ParameterError("scheduler", f"expected tcp://HOST:PORT (got {scheduler!r})")
+            if scheduler is not None and workers is not None:
+                raise ParameterError("workers", "sets the local processes; with --scheduler the cluster's workers run "
+                                                "the cells (drop --workers)")
             if dry_run:  # (a real run checks the routes in run_sweep, before the store exists)
                 for route in sweep_spec.routes:  # unknown solver or [run] key
                     check_route(route, sweep_spec.settings)
