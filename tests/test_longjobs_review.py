@@ -413,3 +413,23 @@ def test_workers_with_a_scheduler_is_refused_not_ignored(tmp_path, command):
     assert res.exit_code == 2, res.output
     assert "--scheduler" in _one_line(res, "error: --workers: ")
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.slow  # two CLI drivers with their worker pools: ~8 s on the shared 2-core machine
+def test_two_drivers_on_one_store_at_once_are_safe(tmp_path):
+    """Two `sweep` commands on the same spec and store at the same time (the documented 'safe but duplicate work'):
+    both succeed, every cell is there once and intact, and the table equals a single driver's."""
+    spec_path = tmp_path / "grid.toml"
+    spec_path.write_text('[grid]\nalpha = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]\n[run]\nroutes = ["sleep"]\nsleep = 0.3\n')
+    store = Store(tmp_path / "s")
+    procs = [subprocess.Popen([sys.executable, "-c", CLI, "sweep", str(spec_path), "--out", str(store.root),
+                               "--workers", "1", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, start_new_session=True) for _ in range(2)]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    spec = parse_spec(spec_path.read_text())
+    assert sorted(store.done_keys()) == sorted(spec.keys) and store.verify() == []
+    assert not [p for p in store.cells_dir.iterdir() if p.name.startswith(".tmp-")]
+    clean = run_sweep(spec, Store(tmp_path / "clean"), max_workers=1, progress=False)
+    a = Store(store.root).read_table(spec.keys).drop(columns=RUN_COLUMNS)
+    assert a.equals(clean.table().drop(columns=RUN_COLUMNS))
