@@ -180,7 +180,7 @@ def test_theory_json_exit_status_on_non_convergence():
         for extra in ([], ["--json"]):
             res = runner.invoke(app, [*args, *extra])
             assert res.exit_code == 1, res.output
-            assert "1 of 2 points did not converge (α = 1;" in res.stderr
+            assert "1 of 2 points did not converge (α = 1):\n  α = 1: forced" in res.stderr
     lines = [json.loads(x) for x in res.stdout.splitlines()]
     assert [r["converged"] for r in lines] == [True, False]
 
@@ -246,3 +246,19 @@ def test_rs_stability_of_the_interpolating_phase():
     out = rs_fields(p, rec)
     assert out["rs_at"] == pytest.approx(0.668, abs=2e-3) and out["rs_stable"] is True
     assert out["rs_switching"] == 0.0
+
+
+def test_seq2lab_output_noise_lambda0_below_threshold_fails_fast():
+    """seq2lab output noise at lambda = 0 below the interpolation threshold: the labels pushed outside the simplex
+    cannot be fitted while the student fits everything else, so the ERM has no minimiser. The lambda = 0 SE ran for
+    more than 20 minutes (3 GB, hundreds of prox warnings) at alpha = 0.05; it now says so at once. Above the
+    threshold the lambda = 0 SE is solved as before."""
+    import warnings
+
+    from tiedattention.errors import ConvergenceWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        r = _solve(0.05, lam=0.0, noise_out=0.1)
+    assert not r.converged and r.phase == "failed" and "no minimiser" in r.message and r.iterations == 0
+    assert math.isnan(r.test_error)

@@ -160,8 +160,10 @@ def _exit_if_unconverged(records: list[dict]) -> None:
     bad = [r for r in records if not (r["converged"] and r.get("fd_converged") is not False)]
     if bad:
         alphas = ", ".join(f"{r['alpha']:.4g}" for r in bad)
-        typer.echo(f"warning: {len(bad)} of {len(records)} points did not converge (α = {alphas}; see 'converged', "
-                   "'message')", err=True)
+        typer.echo(f"warning: {len(bad)} of {len(records)} points did not converge (α = {alphas}):", err=True)
+        for r in bad:
+            why = r.get("message") or "" if not r["converged"] else r.get("fd_message") or "finite-size SE"
+            typer.echo(f"  α = {r['alpha']:.4g}: {why}", err=True)
         raise typer.Exit(code=1)
 
 

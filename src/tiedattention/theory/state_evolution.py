@@ -342,6 +342,14 @@ class StateEvolution:
             res = self._perfect_recovery(alpha)
         elif fits and abar < self.interpolation_alpha_bar():
             res = self._solve_interpolating(alpha)
+        elif lam == 0.0 and self.problem.task.noise_out > 0.0 and abar < self.interpolation_alpha_bar():
+            # seq2lab: below the threshold the student can fit any labels inside the simplex, and the rows that
+            # output noise puts outside it drive their logits to infinity; the lambda = 0 SE then ran for many
+            # minutes on failing proxes (alpha = 0.05: > 20 min, 3 GB) without an answer
+            res = self._failed(alpha, 0, float("nan"), (
+                f"lambda = 0 with seq2lab output noise below the interpolation threshold (alpha_bar {abar:.4g} < "
+                f"{self.interpolation_alpha_bar():.4g}): the ERM has no minimiser (noisy labels outside the simplex "
+                "drive the logits to infinity); use lambda > 0"))
         else:
             res = self._solve_regular(alpha, init)
         res.seconds = time.perf_counter() - t0
