@@ -433,3 +433,27 @@ def test_two_drivers_on_one_store_at_once_are_safe(tmp_path):
     clean = run_sweep(spec, Store(tmp_path / "clean"), max_workers=1, progress=False)
     a = Store(store.root).read_table(spec.keys).drop(columns=RUN_COLUMNS)
     assert a.equals(clean.table().drop(columns=RUN_COLUMNS))
+
+
+@pytest.mark.slow  # a LocalCluster and theory cells: ~20 s
+def test_dask_and_local_routes_give_the_same_theory_numbers(tmp_path):
+    """The same theory cells through a dask.distributed LocalCluster and through local processes: same keys, every
+    numeric field identical (the SE is deterministic; where it ran must not matter)."""
+    pytest.importorskip("distributed")
+    import logging
+
+    import numpy as np
+    from distributed import LocalCluster
+
+    spec = parse_spec({"grid": {"alpha": [0.05, 2.0], "lam": [0.01, 0.0], "noise": [0.5]},
+                       "run": {"routes": ["theory"]}})
+    local = run_sweep(spec, tmp_path / "local", max_workers=2, progress=False).table()
+    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0",
+                      silence_logs=logging.CRITICAL) as cluster:
+        dask = run_sweep(spec, tmp_path / "dask", executor=cluster.scheduler_address, progress=False).table()
+    assert list(local["key"]) == list(dask["key"]) == spec.keys
+    numeric = [c for c in local.columns if local[c].dtype.kind in "fib" and c not in RUN_COLUMNS]
+    assert "test_error" in numeric and "mse" in numeric
+    for c in numeric:
+        np.testing.assert_array_equal(local[c].to_numpy(), dask[c].to_numpy(), err_msg=c)
+    assert local["converged"].all()
