@@ -264,3 +264,25 @@ def test_an_unconverged_se_is_marked_in_the_table(monkeypatch):
     assert row.count("?") == 2
     assert "?: the SE did not converge there" in " ".join(res.stdout.split())
     assert "warning: the state evolution of --theory did not converge at α = 0.5" in res.stderr
+
+
+@pytest.mark.parametrize("solver,expected", [("adam", True), ("prox", True), ("gamp", False)])
+def test_a_long_seed_shows_its_steps(monkeypatch, solver, expected):
+    """A seed could run for hours with nothing moving (Adam at lambda -> 0 below the interpolation threshold runs
+    to --max-steps); the CLI now hands the free per-step callbacks of adam/lbfgs/prox to the progress bar (not
+    gamp's, which costs a pass over the data)."""
+    import tiedattention.simulation as sim
+
+    real, seen = sim.simulate_record, []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("callback"))
+        if kwargs.get("callback") is not None:
+            kwargs["callback"](1, 0.5, 1.0)  # what a solver calls; must not fail
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sim, "simulate_record", spy)
+    runner, app = _cli()
+    res = runner.invoke(app, [*BASE[:-4], "--solver", solver, "--alpha", "0.5", "--json"])
+    assert res.exit_code == 0, res.output
+    assert (seen[0] is not None) == expected

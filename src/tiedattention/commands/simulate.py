@@ -246,10 +246,22 @@ def simulate(
         interrupted = False
         with Progress(console=err, transient=True) as bar:
             job = bar.add_task(f"{solver} {label}", total=len(alphas) * len(dims) * seeds)
+            if solver in ("adam", "lbfgs", "prox"):  # their callbacks are free (gamp's costs a pass over the data)
+                last = [0.0]
+
+                def step_progress(step: int, F: float, seconds: float) -> None:
+                    # a seed can take long (Adam at small lambda may run to --max-steps): show that it moves
+                    if seconds - last[0] >= 0.5 or seconds < last[0]:
+                        last[0] = seconds
+                        bar.update(job, description=f"{solver} α={cur[0]:.4g} d={cur[1]}: step {step}, F={F:.4e}")
+
+                options["callback"] = step_progress
+            cur = [0.0, 0]
             try:
                 for a in alphas:
                     per_d = []
                     for dd in dims:
+                        cur[:] = [a, dd]
                         rec = simulate_record(
                             problem, a, dd, seeds=seeds, solver=solver, device=device, seed0=seed, n_test=n_test,
                             return_spectra=save_spectra_to is not None, progress=lambda info: bar.advance(job),
