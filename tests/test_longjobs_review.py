@@ -457,3 +457,14 @@ def test_dask_and_local_routes_give_the_same_theory_numbers(tmp_path):
     for c in numeric:
         np.testing.assert_array_equal(local[c].to_numpy(), dask[c].to_numpy(), err_msg=c)
     assert local["converged"].all()
+
+
+@pytest.mark.parametrize("name", ["noise", "lam", "tokens", "beta", "kappa", "alpha"])
+def test_a_toml_boolean_is_not_a_number_in_the_grid(name):
+    """noise = [true] was read as noise 1 (d = [true] and seeds were already refused)."""
+    from tiedattention.errors import ParameterError
+
+    grid = f"alpha = [0.5]\n{name} = [true]" if name != "alpha" else "alpha = [true]"
+    with pytest.raises(ParameterError) as exc:
+        parse_spec(f"[grid]\n{grid}\n")
+    assert exc.value.param == name and "true" in exc.value.message.lower()

@@ -148,6 +148,8 @@ def _normalise_target(value: Any) -> tuple[str, str | None]:
 
 def _normalise_value(name: str, value: Any, where: str) -> Any:
     """One grid value, validated and normalised (raises ParameterError naming ``name``)."""
+    if isinstance(value, bool) and name not in ("target", "model", "task"):  # TOML true/false is not a number
+        raise ParameterError(name, f"must be a number (got {str(value).lower()}) in {where}")
     if name == "alpha":
         try:
             return validate_alpha(value, "alpha")
