@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -50,7 +51,7 @@ def register(app: typer.Typer) -> None:
             if scheduler is not None and workers is not None:
                 raise ParameterError("workers", "sets the local processes; with --scheduler the cluster's workers run "
                                                 "the cells (drop --workers)")
-            again = f"tiedattention reproduce {name} --out {out}" + (" --quick" if quick else "")
+            again = f"tiedattention reproduce {name} --out {shlex.quote(str(out))}" + (" --quick" if quick else "")
             failed = []
             with resumable("reproduce", again=again):
                 for n in names:

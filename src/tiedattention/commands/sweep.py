@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -74,7 +75,8 @@ def register(app: typer.Typer) -> None:
                     err=True,
                 )
                 return
-            with resumable("sweep", again=f"tiedattention sweep {spec} --out {out}", failed_cells=False):
+            again = f"tiedattention sweep {shlex.quote(str(spec))} --out {shlex.quote(str(out))}"  # (copy-pasteable)
+            with resumable("sweep", again=again, failed_cells=False):
                 try:
                     summary = run_sweep(sweep_spec, out, executor=scheduler or "local", max_workers=workers,
                                         progress=progress)
