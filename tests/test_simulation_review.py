@@ -286,3 +286,37 @@ def test_a_long_seed_shows_its_steps(monkeypatch, solver, expected):
     res = runner.invoke(app, [*BASE[:-4], "--solver", solver, "--alpha", "0.5", "--json"])
     assert res.exit_code == 0, res.output
     assert (seen[0] is not None) == expected
+
+
+def test_test_errors_stream_their_sequences():
+    """test_errors sampled all n_test sequences at once (n_test = 2e5 at d = 100: 400 MB peak); it now goes chunk
+    by chunk through iter_dataset, whose chunks are exactly sample_dataset's numbers, so the errors are unchanged."""
+    import tracemalloc
+
+    from tiedattention.simulation import rng_for, test_errors
+    from tiedattention.simulation.metrics import _per_sequence_losses
+    from tiedattention.simulation.sampler import iter_dataset
+
+    for opts in ({}, {"task": "seq2seq", "noise_out": 0.1, "tokens": 3}):
+        pb = Problem.from_options(**opts)
+        d = 10
+        S0 = pb.task.target.sample(d, rng_for(0, "target"))
+        whole = sample_dataset(pb, 5000, d, 0, S0=S0, purpose="test", keep_outputs=pb.task.task == "seq2seq")
+        parts = list(iter_dataset(pb, 5000, d, 0, S0=S0, purpose="test", chunk=777,
+                                  keep_outputs=pb.task.task == "seq2seq"))
+        for key in ("X", "y", "clean", "gram", "out_cross", "out_sq", "Y"):
+            if getattr(whole, key) is not None:
+                np.testing.assert_array_equal(getattr(whole, key), np.concatenate([getattr(p, key) for p in parts]))
+        noisy, clean = _per_sequence_losses(pb, 0.5 * S0, whole)
+        got = test_errors(pb, 0.5 * S0, S0, 0, n_test=5000)
+        assert got["test_error"] == pytest.approx(noisy.mean(), rel=1e-13)
+        assert got["test_error_clean"] == pytest.approx(clean.mean(), rel=1e-13)
+    pb = Problem.from_options()
+    S0 = pb.task.target.sample(50, rng_for(0, "target"))
+    tracemalloc.start()
+    try:
+        test_errors(pb, S0, S0, 0, n_test=100_000)  # all at once: 100 MB of tokens alone
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 30e6, peak

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..problem import Problem
-from .sampler import logits, sample_dataset, softmax_rows
+from .sampler import iter_dataset, logits, softmax_rows
 
 __all__ = ["test_errors", "mse_on_S", "rank_fraction", "spectra", "RANK_TOL"]
 
@@ -52,8 +52,11 @@ def test_errors(
 ) -> dict[str, float]:
     """Test errors on ``n_test`` fresh sequences: test_error(_sem), test_error_clean(_sem)."""
     d = S0.shape[0]
-    data = sample_dataset(problem, n_test, d, seed, S0=S0, purpose="test")
-    noisy, clean = _per_sequence_losses(problem, np.asarray(S_hat, float), data)
+    S_hat = np.asarray(S_hat, float)
+    # the test sequences chunk by chunk (the same numbers as one sample_dataset call): memory O(chunk), not O(n_test)
+    parts = [_per_sequence_losses(problem, S_hat, data)
+             for data in iter_dataset(problem, n_test, d, seed, S0=S0, purpose="test", chunk=4096)]
+    noisy, clean = (np.concatenate(v) for v in zip(*parts, strict=True))
     sq = np.sqrt(n_test)
     return {
         "test_error": float(noisy.mean()),

@@ -33,6 +33,7 @@ __all__ = [
     "rng_for",
     "Dataset",
     "sample_dataset",
+    "iter_dataset",
     "logits",
     "softmax_rows",
     "symmetric_noise",
@@ -120,6 +121,80 @@ def _streams(rng: np.random.Generator) -> tuple[np.random.Generator, np.random.G
     return tuple(np.random.default_rng(int(s)) for s in seeds)  # type: ignore[return-value]
 
 
+def _setup(problem, n, d, rng_or_seed, S0, purpose):
+    """Validated (n, d, S0, rng) of a sample (see :func:`sample_dataset`)."""
+    if isinstance(n, bool) or int(n) != n or n < 1:
+        raise ParameterError("n", f"must be a positive integer (got {n!r})")
+    if isinstance(d, bool) or int(d) != d or d < 2:
+        raise ParameterError("d", f"must be an integer >= 2 (got {d!r})")
+    n, d = int(n), int(d)
+    task = problem.task
+    if isinstance(rng_or_seed, np.random.Generator):
+        rng = rng_or_seed
+        if S0 is None:
+            S0 = task.target.sample(d, rng)
+    else:
+        if S0 is None:
+            S0 = task.target.sample(d, rng_for(int(rng_or_seed), "target"))
+        rng = rng_for(int(rng_or_seed), purpose)
+    S0 = np.asarray(S0, dtype=np.float64)
+    if S0.shape != (d, d):
+        raise ParameterError("S0", f"must have shape ({d}, {d}) (got {S0.shape})")
+    if not np.all(np.isfinite(S0)):
+        raise ParameterError("S0", "must be finite")
+    if not np.allclose(S0, S0.T, rtol=0.0, atol=1e-12 * max(1.0, float(np.abs(S0).max()))):
+        raise ParameterError("S0", "must be symmetric (the logits h_ab and h_ba are the same measurement)")
+    return n, d, S0, rng
+
+
+def _chunks(problem, n, d, S0, rng, chunk, keep_outputs):
+    """Consecutive chunks of the sample as Datasets (the draws do not depend on the chunk size)."""
+    task = problem.task
+    T = task.tokens
+    seq2seq = task.task == "seq2seq"
+    rx, rxi, rout = _streams(rng)
+    sd, sout = np.sqrt(task.noise), np.sqrt(task.noise_out)
+    for lo in range(0, n, chunk):
+        m = min(n, lo + chunk) - lo
+        xc = rx.standard_normal((m, T, d))
+        h0 = logits(xc, S0)
+        xi = symmetric_noise(rxi, m, T)
+        att = softmax_rows(task.beta0 * (h0 + sd * xi))
+        clean = softmax_rows(task.beta0 * h0)
+        if not seq2seq:
+            if task.noise_out > 0:
+                att = att + sout * rout.standard_normal((m, T, T))
+            yield Dataset(X=xc, y=att, clean=clean, S0=S0, task=task.task)
+            continue
+        gram = xc @ np.swapaxes(xc, -1, -2) / d
+        cross, sq = np.zeros((m, T, T)), np.zeros(m)
+        if task.noise_out > 0:
+            e = sout * rout.standard_normal((m, T, d))
+            cross = xc @ np.swapaxes(e, -1, -2) / d
+            sq = (e * e).sum(axis=(1, 2)) / d
+        else:
+            e = 0.0
+        Y = att @ xc + e if keep_outputs else None
+        yield Dataset(X=xc, y=att, clean=clean, S0=S0, task=task.task, gram=gram, out_cross=cross, out_sq=sq, Y=Y)
+
+
+def iter_dataset(
+    problem: Problem,
+    n: int,
+    d: int,
+    rng_or_seed: int | np.random.Generator,
+    S0: np.ndarray | None = None,
+    purpose: str = "train",
+    chunk: int | None = None,
+    keep_outputs: bool = False,
+):
+    """The sample of :func:`sample_dataset` (same arguments, same numbers) as consecutive Datasets of at most
+    ``chunk`` sequences, so that a large sample (e.g. test sequences) never has to be in memory at once."""
+    n, d, S0, rng = _setup(problem, n, d, rng_or_seed, S0, purpose)
+    chunk = int(chunk) if chunk else default_chunk(problem.task.tokens, d)
+    yield from _chunks(problem, n, d, S0, rng, chunk, keep_outputs)
+
+
 def sample_dataset(
     problem: Problem,
     n: int,
@@ -142,62 +217,25 @@ def sample_dataset(
         chunk: sequences drawn at once (the result does not depend on it).
         keep_outputs: seq2seq only, also store ``Y = y X + E`` (n, T, d).
     """
-    if isinstance(n, bool) or int(n) != n or n < 1:
-        raise ParameterError("n", f"must be a positive integer (got {n!r})")
-    if isinstance(d, bool) or int(d) != d or d < 2:
-        raise ParameterError("d", f"must be an integer >= 2 (got {d!r})")
-    n, d = int(n), int(d)
+    n, d, S0, rng = _setup(problem, n, d, rng_or_seed, S0, purpose)
     task = problem.task
-    if isinstance(rng_or_seed, np.random.Generator):
-        rng = rng_or_seed
-        if S0 is None:
-            S0 = task.target.sample(d, rng)
-    else:
-        if S0 is None:
-            S0 = task.target.sample(d, rng_for(int(rng_or_seed), "target"))
-        rng = rng_for(int(rng_or_seed), purpose)
-    S0 = np.asarray(S0, dtype=np.float64)
-    if S0.shape != (d, d):
-        raise ParameterError("S0", f"must have shape ({d}, {d}) (got {S0.shape})")
-    if not np.all(np.isfinite(S0)):
-        raise ParameterError("S0", "must be finite")
-    if not np.allclose(S0, S0.T, rtol=0.0, atol=1e-12 * max(1.0, float(np.abs(S0).max()))):
-        raise ParameterError("S0", "must be symmetric (the logits h_ab and h_ba are the same measurement)")
     T = task.tokens
     seq2seq = task.task == "seq2seq"
-    rx, rxi, rout = _streams(rng)
     chunk = int(chunk) if chunk else default_chunk(T, d)
-
     X = np.empty((n, T, d))
     y = np.empty((n, T, T))
     clean = np.empty((n, T, T))
     gram = np.empty((n, T, T)) if seq2seq else None
-    cross = np.zeros((n, T, T)) if seq2seq else None
-    sq = np.zeros(n) if seq2seq else None
+    cross = np.empty((n, T, T)) if seq2seq else None
+    sq = np.empty(n) if seq2seq else None
     Y = np.empty((n, T, d)) if (seq2seq and keep_outputs) else None
-    sd, sout = np.sqrt(task.noise), np.sqrt(task.noise_out)
-    for lo in range(0, n, chunk):
-        hi = min(n, lo + chunk)
-        m = hi - lo
-        xc = rx.standard_normal((m, T, d))
-        h0 = logits(xc, S0)
-        xi = symmetric_noise(rxi, m, T)
-        att = softmax_rows(task.beta0 * (h0 + sd * xi))
-        X[lo:hi] = xc
-        clean[lo:hi] = softmax_rows(task.beta0 * h0)
-        if not seq2seq:
-            if task.noise_out > 0:
-                att = att + sout * rout.standard_normal((m, T, T))
-            y[lo:hi] = att
-            continue
-        y[lo:hi] = att
-        gram[lo:hi] = xc @ np.swapaxes(xc, -1, -2) / d
-        if task.noise_out > 0:
-            e = sout * rout.standard_normal((m, T, d))
-            cross[lo:hi] = xc @ np.swapaxes(e, -1, -2) / d
-            sq[lo:hi] = (e * e).sum(axis=(1, 2)) / d
-        else:
-            e = 0.0
-        if Y is not None:
-            Y[lo:hi] = att @ xc + e
+    lo = 0
+    for part in _chunks(problem, n, d, S0, rng, chunk, keep_outputs):
+        hi = lo + part.n
+        X[lo:hi], y[lo:hi], clean[lo:hi] = part.X, part.y, part.clean
+        if seq2seq:
+            gram[lo:hi], cross[lo:hi], sq[lo:hi] = part.gram, part.out_cross, part.out_sq
+            if Y is not None:
+                Y[lo:hi] = part.Y
+        lo = hi
     return Dataset(X=X, y=y, clean=clean, S0=S0, task=task.task, gram=gram, out_cross=cross, out_sq=sq, Y=Y)
