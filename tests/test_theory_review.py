@@ -262,3 +262,11 @@ def test_seq2lab_output_noise_lambda0_below_threshold_fails_fast():
         r = _solve(0.05, lam=0.0, noise_out=0.1)
     assert not r.converged and r.phase == "failed" and "no minimiser" in r.message and r.iterations == 0
     assert math.isnan(r.test_error)
+
+
+def test_lam_range_without_optimal_lam_is_flagged():
+    """--lam-range without --optimal-lam was silently ignored; a warning line says so."""
+    res = runner.invoke(app, ["theory", "--alpha", "1", "--lam", "100", "--lam-range", "1e-3:1", "--json"])
+    assert res.exit_code == 0 and "--lam-range is only used with --optimal-lam" in res.stderr
+    res = runner.invoke(app, ["theory", "--alpha", "1", "--lam", "100", "--json"])
+    assert res.exit_code == 0 and "warning" not in res.stderr

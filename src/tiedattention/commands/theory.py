@@ -23,6 +23,9 @@ from ..problem import Problem
 LAM_DEFAULT = {name: default for name, _, default in PROBLEM_OPTIONS}["lam"]  # warned about with --optimal-lam
 
 
+LAM_RANGE_DEFAULT = "1e-5:10"
+
+
 def register(app: typer.Typer) -> None:
     app.command("theory")(theory)
 
@@ -34,7 +37,8 @@ def theory(
     d: Annotated[int | None, typer.Option("--d", help="dimension for list-based targets (power law, spikes)")] = None,
     tol: Annotated[float, typer.Option("--tol", help="fixed-point tolerance (relative residual)")] = 1e-10,
     order: Annotated[int | None, typer.Option(
-        "--order", help="Gauss-Hermite order per dimension (T=2; 2-64; default 16, raised per --accuracy)")] = None,
+        "--order", help="Gauss-Hermite order per dimension (T=2; 2-64; default max(16, 12·β, 12·β0) up to 64, "
+        "raised per --accuracy)")] = None,
     accuracy: Annotated[float, typer.Option(
         "--accuracy", help="T=2: raise the Gauss-Hermite order (x1.5, up to 54) where the fixed point's own "
         "quadrature error of the test error (err_fixed_point_test_error) exceeds this")] = 1e-3,
@@ -52,7 +56,7 @@ def theory(
         "Brent in log λ); --lam is ignored (a warning if set). Adds lam_opt, lam_converged, ... "
         "(docs/user-guide/theory.md, Optimal regularisation)")] = False,
     lam_range: Annotated[str, typer.Option(
-        "--lam-range", help="with --optimal-lam: the λ range searched, lo:hi")] = "1e-5:10",
+        "--lam-range", help="with --optimal-lam: the λ range searched, lo:hi")] = LAM_RANGE_DEFAULT,
     json: JsonOpt = False,
 ) -> None:
     """Exact high-dimensional prediction (state evolution) along a list of α, warm-started."""
@@ -88,6 +92,8 @@ def theory(
 
             check_out(out)
         err = Console(stderr=True)
+        if not optimal_lam and lam_range != LAM_RANGE_DEFAULT:
+            typer.echo("warning: --lam-range is only used with --optimal-lam (ignored)", err=True)
         if optimal_lam and problem.student.lam != LAM_DEFAULT:
             typer.echo(f"warning: --lam {problem.student.lam:g} is ignored with --optimal-lam (each α gets its own "
                        "optimal λ)", err=True)
