@@ -270,3 +270,11 @@ def test_lam_range_without_optimal_lam_is_flagged():
     assert res.exit_code == 0 and "--lam-range is only used with --optimal-lam" in res.stderr
     res = runner.invoke(app, ["theory", "--alpha", "1", "--lam", "100", "--json"])
     assert res.exit_code == 0 and "warning" not in res.stderr
+
+
+@pytest.mark.parametrize("d", ["0", "-5", "1"])
+def test_thresholds_checks_d(d):
+    """`thresholds --target powerlaw:1.25 --d 0` died with a ZeroDivisionError traceback (--d -5: ValueError);
+    `theory` checked --d, `thresholds` did not."""
+    res = runner.invoke(app, ["thresholds", "--target", "powerlaw:1.25", "--d", d])
+    assert res.exit_code == 2 and res.output.strip() == f"error: --d: must be an integer >= 2 (got {d})"

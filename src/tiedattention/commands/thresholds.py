@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import JsonOpt, cli_errors, emit_json, print_table, with_problem
+from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, print_table, with_problem
 from ..problem import Problem
 
 
@@ -27,6 +27,7 @@ def thresholds_cmd(
     from ..theory.thresholds import thresholds
 
     with cli_errors():
+        check_dimension(d)  # (--d 0 and --d -5 died with a ZeroDivisionError / ValueError traceback)
         th = thresholds(problem, d=d).to_dict()
     if json:
         emit_json(th)
