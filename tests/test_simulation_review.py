@@ -320,3 +320,26 @@ def test_test_errors_stream_their_sequences():
     finally:
         tracemalloc.stop()
     assert peak < 30e6, peak
+
+
+def test_sigterm_stops_like_ctrl_c(monkeypatch):
+    """A batch system's SIGTERM killed the run with nothing said (and the table of finished records lost)."""
+    import signal
+
+    import tiedattention.simulation as sim
+
+    real, calls = sim.simulate_record, []
+
+    def terminated_on_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            handler = signal.getsignal(signal.SIGTERM)
+            assert callable(handler), "no SIGTERM handler installed around the training loop"
+            handler(signal.SIGTERM, None)  # what the signal would run (without signalling the test process)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sim, "simulate_record", terminated_on_the_second)
+    runner, app = _cli()
+    res = runner.invoke(app, [*BASE, "--alpha", "0.5,1"])
+    assert res.exit_code == 130, res.output
+    assert "│ 0.5 │" in res.stdout and "interrupted; 1 of 2 (α, d) records finished" in res.stderr

@@ -17,6 +17,7 @@ from ..cli_common import (
     parse_dimensions,
     parse_floats,
     print_table,
+    sigterm_as_interrupt,
     with_problem,
 )
 from ..errors import ParameterError
@@ -258,20 +259,21 @@ def simulate(
                 options["callback"] = step_progress
             cur = [0.0, 0]
             try:
-                for a in alphas:
-                    per_d = []
-                    for dd in dims:
-                        cur[:] = [a, dd]
-                        rec = simulate_record(
-                            problem, a, dd, seeds=seeds, solver=solver, device=device, seed0=seed, n_test=n_test,
-                            return_spectra=save_spectra_to is not None, progress=lambda info: bar.advance(job),
-                            threads=threads, **options,
-                        )
-                        records.append(rec)
-                        per_d.append(rec)
-                        shown.append(emit(rec))
-                    if len(dims) > 1:
-                        shown.append(emit(extrapolated_record(per_d)))
+                with sigterm_as_interrupt():  # a batch system's SIGTERM stops the run like Ctrl-C
+                    for a in alphas:
+                        per_d = []
+                        for dd in dims:
+                            cur[:] = [a, dd]
+                            rec = simulate_record(
+                                problem, a, dd, seeds=seeds, solver=solver, device=device, seed0=seed,
+                                n_test=n_test, return_spectra=save_spectra_to is not None,
+                                progress=lambda info: bar.advance(job), threads=threads, **options,
+                            )
+                            records.append(rec)
+                            per_d.append(rec)
+                            shown.append(emit(rec))
+                        if len(dims) > 1:
+                            shown.append(emit(extrapolated_record(per_d)))
             except KeyboardInterrupt:  # Ctrl-C: keep what is finished (shown below), write no partial files
                 interrupted = True
         if not interrupted:
