@@ -17,6 +17,7 @@ import typer
 
 from ..cli_common import (
     FIGURE_SUFFIXES,
+    PROBLEM_OPTIONS,
     Beta0Opt,
     BetaOpt,
     JsonOpt,
@@ -35,6 +36,8 @@ from ..cli_common import (
     problem_from_cli,
 )
 from ..errors import ParameterError
+
+LAM_DEFAULT = {name: default for name, _, default in PROBLEM_OPTIONS}["lam"]  # any other --lam is refused here
 
 
 def register(app: typer.Typer) -> None:
@@ -55,7 +58,7 @@ def scaling(
     target: Annotated[str, typer.Option("--target", help="powerlaw:G[:cutoff=R]")] = "powerlaw:1.25",
     noise: NoiseOpt = 0.5,
     noise_out: NoiseOutOpt = 0.0,
-    lam: LamOpt = 0.01,
+    lam: LamOpt = LAM_DEFAULT,
     tokens: TokensOpt = 2,
     beta: BetaOpt = 1.0,
     beta0: Beta0Opt = 1.0,
@@ -109,6 +112,9 @@ def scaling(
             if d_val < 2:
                 raise ParameterError("d", f"must be an integer >= 2 or inf (got {d})")
         rule = parse_lam_rule(lam_rule)
+        if lam != LAM_DEFAULT:  # scaling's lambda is a rule of n, never the problem's --lam (it was silently ignored)
+            raise ParameterError("lam", f"has no effect here: lambda follows --lam-rule (for a fixed lambda: "
+                                        f"--lam-rule fixed:{lam:g})")
         if route not in ("auto", "fast", "plain"):
             raise ParameterError("route", f"must be auto, fast or plain (got {route})")
         if k_stop is not None and k_stop < 0:
@@ -171,6 +177,7 @@ def scaling(
         for rec in records:
             emit_json(rec)
         emit_json(summary)
+        _exit_if_unconverged(records, d_inf)
         return
     table = Table(title=f"scaling: {tgt.spec} d={d} λ-rule={rule.spec} Δ={noise}")
     cols = ["n/d" if d_inf else "n", "λ√d" if d_inf else "λ", "test error", "excess", "k*", "conv"]
@@ -193,6 +200,18 @@ def scaling(
     if joint_law:
         fj = summary.get("fitted_exponent_joint_law")
         con.print(f"joint law (top {joint_law} modes): fitted exponent {fj if fj is None else round(fj, 4)}")
+    _exit_if_unconverged(records, d_inf)
+
+
+def _exit_if_unconverged(records: list[dict], d_inf: bool) -> None:
+    """Exit status 1, with one line on stderr, where a point did not converge (left out of the fit), as theory,
+    spectrum and decompose do; with --json as with the table (it exited 0 either way)."""
+    bad = [r for r in records if not r["converged"]]
+    if bad:
+        where = ", ".join(f"{(r['nu'] if d_inf else r['n']):.4g}" for r in bad)
+        typer.echo(f"warning: {len(bad)} of {len(records)} points did not converge ({'n/d' if d_inf else 'n'} = "
+                   f"{where}); they are left out of the fit", err=True)
+        raise typer.Exit(code=1)
 
 
 def _add_joint_law(problem, records, d: int, k: int, bar) -> None:
