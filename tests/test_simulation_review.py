@@ -125,6 +125,7 @@ def test_api_misuse_names_the_parameter():
         ("S0", lambda: sample_dataset(pb, 5, 6, 0, S0=np.full((6, 6), np.nan))),
         ("S0", lambda: sample_dataset(pb, 5, 6, 0, S0=np.triu(np.ones((6, 6))))),
         ("seed", lambda: simulate_record(pb, 0.5, 6, seeds=1, seed0=-1, solver="prox")),
+        ("seed", lambda: sample_dataset(pb, 5, 6, -1)),
         ("threads", lambda: simulate_record(pb, 0.5, 6, seeds=1, solver="prox", threads=0)),
         ("rank_tol", lambda: simulate_record(pb, 0.5, 6, seeds=1, solver="prox", rank_tol=-1.0)),
     ]

@@ -134,6 +134,8 @@ def _setup(problem, n, d, rng_or_seed, S0, purpose):
         if S0 is None:
             S0 = task.target.sample(d, rng)
     else:
+        if isinstance(rng_or_seed, bool) or int(rng_or_seed) != rng_or_seed or rng_or_seed < 0:
+            raise ParameterError("seed", f"must be an integer >= 0 or a numpy Generator (got {rng_or_seed!r})")
         if S0 is None:
             S0 = task.target.sample(d, rng_for(int(rng_or_seed), "target"))
         rng = rng_for(int(rng_or_seed), purpose)
