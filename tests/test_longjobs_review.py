@@ -87,9 +87,9 @@ def test_interrupt_with_long_cells_in_flight_exits_at_once_and_resumes(tmp_path,
     spec = parse_spec(_spec_text())
     resumed = run_sweep(spec, store, max_workers=1, progress=False)
     assert (resumed.skipped, resumed.computed, resumed.failed) == (1, 3, 0)
-    clean = run_sweep(spec, Store(tmp_path / "clean"), max_workers=1, progress=False)
-    a, b = resumed.table().drop(columns=RUN_COLUMNS), clean.table().drop(columns=RUN_COLUMNS)
-    assert a.equals(b) and list(a["value"]) == [1.0, 2.0, 3.0, 4.0]
+    table = resumed.table()  # (an interrupted + resumed table equals a clean run's: test_sweep_local, SIGKILL)
+    assert list(table["key"]) == spec.keys and list(table["value"]) == [1.0, 2.0, 3.0, 4.0]
+    assert store.verify() == []
 
 
 # --------------------------------------------------------------------------------------------------
@@ -370,11 +370,11 @@ def test_a_cell_that_kills_its_worker_does_not_take_the_cells_next_to_it_down(tm
     to a crash-looping one died with it each time and was reported failed ('a worker process died 2 times running
     it') although it never crashed. Cells caught in a crash are now rerun alone: a death is their own."""
     monkeypatch.syspath_prepend(str(HERE))
-    spec = parse_spec({"grid": {"alpha": [0.3, 0.4, 0.5]}, "run": {"routes": [f"{__name__}:crash_or_sleep_route"]}})
+    spec = parse_spec({"grid": {"alpha": [0.3, 0.4]}, "run": {"routes": [f"{__name__}:crash_or_sleep_route"]}})
     summary = run_sweep(spec, tmp_path / "s", max_workers=2, progress=False, retries=1)
     assert list(summary.failures) == [spec.keys[0]], summary.failures
     assert "died 2 times" in summary.failures[spec.keys[0]]
-    assert summary.computed == 2 and list(summary.table()["value"]) == [4.0, 5.0]
+    assert summary.computed == 1 and list(summary.table()["value"]) == [4.0]
 
 
 def test_figure_outputs_that_are_directories_are_refused_before_computing(tmp_path):
@@ -468,3 +468,20 @@ def test_a_toml_boolean_is_not_a_number_in_the_grid(name):
     with pytest.raises(ParameterError) as exc:
         parse_spec(f"[grid]\n{grid}\n")
     assert exc.value.param == name and "true" in exc.value.message.lower()
+
+
+def test_a_script_without_the_main_guard_gets_one_clear_error(tmp_path):
+    """run_sweep from a script without `if __name__ == "__main__":` (spawned workers re-run the script and die while
+    starting): every cell was retried alone 4 times (16 worker tracebacks for 4 cells) and reported 'a worker
+    process died 4 times running it'. Now the run stops at the first such pool with one error naming the cause."""
+    script = tmp_path / "noguard.py"
+    script.write_text(
+        "from tiedattention.sweep import parse_spec, run_sweep\n"
+        "spec = parse_spec({'grid': {'alpha': [0.1, 0.2, 0.3, 0.4]}, 'run': {'routes': ['sleep']}})\n"
+        f"run_sweep(spec, {str(tmp_path / 's')!r}, max_workers=2, progress=False)\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode != 0
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: ") and 'if __name__ == "__main__":' in last, res.stderr[-2000:]
+    assert res.stderr.count("Traceback") <= 3  # the driver's and the two workers', not one per retry
+    assert Store(tmp_path / "s").done_keys() == set()

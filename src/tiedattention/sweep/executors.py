@@ -110,10 +110,19 @@ def _watch_parent(parent: int) -> None:  # pragma: no cover - runs in worker pro
             os._exit(1)  # the driver is gone (kill -9): do not keep computing for nobody
 
 
-def _worker_init(parent: int) -> None:  # pragma: no cover - runs in worker processes
+def _worker_init(parent: int, started: Any = None) -> None:  # pragma: no cover - runs in worker processes
     # the driver decides what Ctrl-C means; workers just stop when it goes away
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if started is not None:  # this worker got through start-up (see _run_local)
+        started.set()
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+_START_FAILED = (
+    "the local worker processes died while starting, before running any cell (their errors are above). A script "
+    "that calls run_sweep must guard its entry point with 'if __name__ == \"__main__\":' (the workers start with "
+    "spawn and import the script); the workers also need to import tiedattention and the routes"
+)
 
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
@@ -147,7 +156,8 @@ def _run_local(
     while pending or suspects:
         solo = bool(suspects)
         queue, size = (suspects, 1) if solo else (pending, workers)
-        pool = ProcessPoolExecutor(size, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(),))
+        started = ctx.Event()
+        pool = ProcessPoolExecutor(size, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(), started))
         inflight: dict[Future, Cell] = {}
         try:
             broken = False
@@ -168,6 +178,8 @@ def _run_local(
                     try:
                         record = fut.result()
                     except BrokenProcessPool:
+                        if not started.is_set():  # no worker got through start-up: no cell is to blame
+                            raise RuntimeError(_START_FAILED) from None
                         broken = True
                         deaths[cell.key] = deaths.get(cell.key, 0) + 1
                         if not solo:  # one of the cells in flight killed it: rerun each alone
