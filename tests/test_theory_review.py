@@ -278,3 +278,15 @@ def test_thresholds_checks_d(d):
     `theory` checked --d, `thresholds` did not."""
     res = runner.invoke(app, ["thresholds", "--target", "powerlaw:1.25", "--d", d])
     assert res.exit_code == 2 and res.output.strip() == f"error: --d: must be an integer >= 2 (got {d})"
+
+
+@pytest.mark.parametrize("kw", [{"tol": float("nan")}, {"tol": -1.0}, {"max_iter": 0}, {"damping": 0.0},
+                                {"accuracy": 0.0}, {"accuracy": float("inf")}])
+def test_state_evolution_checks_its_options(kw):
+    """StateEvolution(problem, tol=nan) (or -1) solved and reported converged points; such options are refused."""
+    from tiedattention import Problem
+    from tiedattention.errors import ParameterError
+    from tiedattention.theory import StateEvolution
+
+    with pytest.raises(ParameterError, match=next(iter(kw))):
+        StateEvolution(Problem.from_options(), **kw)

@@ -189,6 +189,14 @@ class StateEvolution:
         accuracy: float | None = 1e-3,
         max_order: int = 54,
     ):
+        # the solver's own numbers (the problem is validated by problem.py): tol = nan or -1 used to give
+        # "converged" points, accuracy = 0 raised the order to its maximum everywhere
+        for name, value, ok in (("tol", tol, tol > 0), ("max_iter", max_iter, max_iter >= 1),
+                                ("damping", damping, 0 < damping <= 1),
+                                ("accuracy", accuracy, accuracy is None or accuracy > 0)):
+            if not (ok and (value is None or math.isfinite(value))):
+                raise ParameterError(name, f"must be {'> 0' if name != 'damping' else 'in (0, 1]'}"
+                                     f"{' (or None)' if name == 'accuracy' else ''} (got {value!r})")
         self.problem = problem
         self.measure = problem.task.target.measure(d)
         self.q0 = self.measure.q0
