@@ -61,8 +61,8 @@ def test_noiseless_lambda0_above_perfect_recovery(alpha):
 
     Before: alpha = 0.215 (alpha_bar in [PR, interpolation)) reported rank NaN ("nan" in the table); alpha = 0.5, 1
     went through the lambda = 0 regular SE with eps = 0 exactly, which counts half of the target's null space as
-    fitted: rank 0.75 (the lambda -> 0+ limit, solved at lambda = 1e-3 and 1e-6, has rank 0.5), after 70 iterations
-    "converged to the quadrature accuracy"."""
+    fitted: rank 0.75 (solved at lambda = 1e-3 and 1e-6, alpha = 1 has rank 0.5; at alpha = 0.5, lambda = 1e-3 and
+    1e-4, 0.56: eigenvalues vanishing with lambda), after 70 iterations "converged to the quadrature accuracy"."""
     r = _solve(alpha, noise=0.0, lam=0.0)
     assert r.converged and r.phase == "interpolating"
     assert r.mse == pytest.approx(0.0, abs=1e-12) and r.q == pytest.approx(1.5) and r.m == pytest.approx(1.5)
