@@ -485,3 +485,36 @@ def test_a_script_without_the_main_guard_gets_one_clear_error(tmp_path):
     assert last.startswith("RuntimeError: ") and 'if __name__ == "__main__":' in last, res.stderr[-2000:]
     assert res.stderr.count("Traceback") <= 3  # the driver's and the two workers', not one per retry
     assert Store(tmp_path / "s").done_keys() == set()
+
+
+def test_the_cell_that_killed_its_worker_is_told_from_those_next_to_it():
+    """The attribution behind the test above: each worker reports (key, pid) before running a cell; after a broken
+    pool the cell whose process ended by itself is charged, those ended by the pool's SIGTERM are not. When it cannot
+    be told (no message from a cell, or every process ended by SIGTERM: a kill from outside) the answer is None and
+    the cells are rerun one at a time instead."""
+    import multiprocessing as mp
+
+    from tiedattention.sweep.executors import _culprits
+    from tiedattention.sweep.spec import Cell
+
+    class Proc:
+        def __init__(self, code):
+            self.exitcode = code
+
+        def join(self, timeout=None):
+            pass
+
+    a, b, c = (Cell(key=k * 64, route="sleep", params={"alpha": 0.1}) for k in "abc")
+
+    def ask(messages, codes, caught=(a, b)):
+        q = mp.get_context("spawn").SimpleQueue()
+        for m in messages:
+            q.put(m)
+        return _culprits(list(caught), q, {}, {pid: Proc(code) for pid, code in codes.items()})
+
+    assert ask([(a.key, 11), (b.key, 12)], {11: 3, 12: -signal.SIGTERM}) == [a]       # os._exit(3)
+    assert ask([(a.key, 11), (b.key, 12)], {11: -signal.SIGTERM, 12: -9}) == [b]     # the OOM killer's SIGKILL
+    assert ask([(a.key, 11), (b.key, 12)], {11: -11, 12: -9}) == [a, b]              # both crashed
+    assert ask([(a.key, 11), (b.key, 12)], {11: -signal.SIGTERM, 12: -signal.SIGTERM}) is None  # killed from outside
+    assert ask([(a.key, 11)], {11: 3, 12: -signal.SIGTERM}) is None                  # b's process unknown
+    assert ask([(a.key, 11), (c.key, 13), (b.key, 12)], {11: -15, 12: 3, 13: 0}, caught=(a, b)) == [b]

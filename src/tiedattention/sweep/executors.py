@@ -110,12 +110,25 @@ def _watch_parent(parent: int) -> None:  # pragma: no cover - runs in worker pro
             os._exit(1)  # the driver is gone (kill -9): do not keep computing for nobody
 
 
-def _worker_init(parent: int, started: Any = None) -> None:  # pragma: no cover - runs in worker processes
+#: in a worker process: where it tells the driver which cell it is running (see _run_local)
+_RUNNING: Any = None
+
+
+def _worker_init(parent: int, started: Any = None, running: Any = None) -> None:  # pragma: no cover - in workers
     # the driver decides what Ctrl-C means; workers just stop when it goes away
+    global _RUNNING
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _RUNNING = running
     if started is not None:  # this worker got through start-up (see _run_local)
         started.set()
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _run_tracked(payload: dict) -> dict:  # pragma: no cover - runs in worker processes
+    """run_cell, after telling the driver (key, pid): if this process dies, the driver knows which cell it ran."""
+    if _RUNNING is not None:
+        _RUNNING.put((payload["key"], os.getpid()))
+    return run_cell(payload)
 
 
 _START_FAILED = (
@@ -140,25 +153,63 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
             proc.terminate()
 
 
+def _drain(running: Any, where: dict[str, int]) -> None:
+    """Read the (key, pid) messages of the workers (``_run_tracked``) into ``where``."""
+    with contextlib.suppress(Exception):
+        while not running.empty():
+            key, pid = running.get()
+            where[key] = pid
+
+
+def _culprits(caught: list[Cell], running: Any, where: dict[str, int], procs: dict[int, Any]) -> list[Cell] | None:
+    """Which of the cells caught in a broken pool killed their worker: those whose process ended by itself (exit
+    code, signal) rather than by the pool's SIGTERM to the survivors. None when that cannot be told (a cell's
+    process unknown, or no process ended by itself, e.g. a worker killed from outside with SIGTERM)."""
+    _drain(running, where)
+    codes = {}
+    for pid, proc in procs.items():
+        with contextlib.suppress(Exception):
+            proc.join(10.0)
+            codes[pid] = proc.exitcode
+    if any(c.key not in where for c in caught):
+        return None
+    own = [c for c in caught if codes.get(where[c.key]) not in (None, -signal.SIGTERM)]
+    return own or None
+
+
 def _run_local(
     todo: list[Cell], max_workers: int | None, retries: int,
     on_result: Callable[[Cell, dict], None], on_failure: Callable[[Cell, str], None],
 ) -> None:
-    """Run ``todo`` on a pool of spawned processes. When a worker dies, every cell in flight fails with it and nothing
-    says which one killed it: those cells are rerun one at a time on a pool of one ("suspects"), where a death is the
-    cell's own; a cell that kills its worker there too, ``retries`` times in all beyond the first, is reported failed.
-    So a crash-looping cell does not take the cells that ran next to it down."""
+    """Run ``todo`` on a pool of spawned processes. When a worker dies every cell in flight fails with it. Each worker
+    tells the driver which cell it runs, so the cell whose process ended by itself (not by the pool's SIGTERM to the
+    survivors) is charged with the death and the others are simply rerun; when that cannot be told, the cells caught
+    are rerun one at a time on a pool of one ("suspects"), where a death is the cell's own. A cell charged with
+    ``retries`` deaths beyond the first is reported failed: a crash-looping cell does not take the cells that ran next
+    to it down."""
     workers = max(1, min(max_workers or os.cpu_count() or 1, len(todo)))
     ctx = mp.get_context("spawn")  # no fork: safe with torch/CUDA and threads in the driver
     pending: deque[Cell] = deque(todo)
     suspects: deque[Cell] = deque()
     deaths: dict[str, int] = {}
+
+    def charge(cell: Cell, requeue: deque[Cell]) -> None:
+        deaths[cell.key] = deaths.get(cell.key, 0) + 1
+        if deaths[cell.key] > retries:
+            on_failure(cell, f"a worker process died {deaths[cell.key]} times running it")
+        else:
+            requeue.appendleft(cell)
+
     while pending or suspects:
         solo = bool(suspects)
         queue, size = (suspects, 1) if solo else (pending, workers)
-        started = ctx.Event()
-        pool = ProcessPoolExecutor(size, mp_context=ctx, initializer=_worker_init, initargs=(os.getpid(), started))
+        started, running = ctx.Event(), ctx.SimpleQueue()
+        pool = ProcessPoolExecutor(size, mp_context=ctx, initializer=_worker_init,
+                                   initargs=(os.getpid(), started, running))
         inflight: dict[Future, Cell] = {}
+        procs: dict[int, Any] = {}
+        caught: list[Cell] = []  # cells in flight when a worker died (not solo)
+        where: dict[str, int] = {}
         try:
             broken = False
             while (queue and not broken) or inflight:
@@ -166,13 +217,16 @@ def _run_local(
                 while queue and not broken and len(inflight) < size:
                     cell = queue.popleft()
                     try:
-                        inflight[pool.submit(run_cell, cell.payload())] = cell
+                        inflight[pool.submit(_run_tracked, cell.payload())] = cell
                     except BrokenProcessPool:
                         queue.appendleft(cell)
                         broken = True
+                procs.update(getattr(pool, "_processes", None) or {})
                 if not inflight:
                     break
                 done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+                if not broken:  # keep the pipe drained (one message per cell)
+                    _drain(running, where)
                 for fut in done:
                     cell = inflight.pop(fut)
                     try:
@@ -181,13 +235,10 @@ def _run_local(
                         if not started.is_set():  # no worker got through start-up: no cell is to blame
                             raise RuntimeError(_START_FAILED) from None
                         broken = True
-                        deaths[cell.key] = deaths.get(cell.key, 0) + 1
-                        if not solo:  # one of the cells in flight killed it: rerun each alone
-                            suspects.append(cell)
-                        elif deaths[cell.key] > retries:
-                            on_failure(cell, f"a worker process died {deaths[cell.key]} times running it")
+                        if solo:  # alone in its pool: the death is its own
+                            charge(cell, suspects)
                         else:
-                            suspects.appendleft(cell)
+                            caught.append(cell)
                     except CellError as exc:
                         on_failure(cell, str(exc))
                     except Exception as exc:
@@ -201,6 +252,16 @@ def _run_local(
         except BaseException:
             _stop_pool(pool)
             raise
+        if caught:
+            own = _culprits(caught, running, where, procs)
+            if own is None:  # cannot tell which: rerun each alone
+                suspects.extend(caught)
+            else:
+                for cell in reversed(caught):
+                    if cell in own:
+                        charge(cell, pending)
+                    else:  # it ran next to the crash: not its fault
+                        pending.appendleft(cell)
 
 
 # --------------------------------------------------------------------------------------------------
