@@ -176,12 +176,12 @@ def test_driver_killed_with_sigkill_resumes_without_recomputing(tmp_path):
 
 
 def test_ctrl_c_stops_keeps_finished_cells_and_says_how_to_resume(tmp_path):
-    # 12 cells of 1.2 s (2 workers: >= 7 s for the grid), so that the interrupt lands mid-sweep even when the store
-    # is polled slowly on a loaded machine (a loaded run once finished all 10 cells of 0.3 s, and once all 10 of
-    # 0.8 s, 4.5 s, before the signal)
+    # 12 cells of 2 s (2 workers: >= 12 s for the grid), so that the interrupt lands mid-sweep even when the store
+    # is polled slowly on a loaded machine (a loaded run once finished all 10 cells of 0.3 s, once all 10 of
+    # 0.8 s, 4.5 s, and once all 12 of 1.2 s, 7.9 s at load average 8, before the signal)
     n = 12
     spec_path = tmp_path / "grid.toml"
-    spec_path.write_text(_spec_text(n, 1.2))
+    spec_path.write_text(_spec_text(n, 2.0))
     store = Store(tmp_path / "s")
     proc = _cli(str(spec_path), "--out", str(store.root), "--workers", "2", "--no-progress")
     try:
