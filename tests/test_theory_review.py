@@ -290,3 +290,15 @@ def test_state_evolution_checks_its_options(kw):
 
     with pytest.raises(ParameterError, match=next(iter(kw))):
         StateEvolution(Problem.from_options(), **kw)
+
+
+def test_spectral_refinement_is_bounded():
+    """A degenerate SE iterate (seq2lab output noise at lambda = 0, Sigma -> 1e14) asked for the free convolution at
+    delta = 4e12, whose adaptive quadrature halved its panels level after level (1e6 panels and counting): the run
+    grew to 17 GB. The refinement now stops at a bounded number of panels, the rest goes into the error."""
+    from tiedattention.theory.spectral import FreeConvolution
+
+    fc = FreeConvolution(parse_target("mp:0.5").measure(), 4.15e12)
+    si = fc.integrals(3.04e9)
+    assert si.nodes < 1_000_000 and si.rank == pytest.approx(0.5, abs=1e-3)
+    assert si.error < 1e-3 * si.I  # the accepted panels' disagreement is reported, and small here

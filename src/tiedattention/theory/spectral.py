@@ -73,6 +73,7 @@ class SpectralIntegrals:
 _BLOCK = 1 << 15  # elements of one (nodes x atoms) block: small enough to stay in cache
 _NP, _NP_CHECK = 16, 10  # Gauss nodes per panel, and the lower-order rule that checks it
 _MAX_LEVEL = 48
+_MAX_ACTIVE = 4096  # panels refined at once beyond 16 per initial piece (ordinary solves use <= 70 in all)
 _DEBUG = False
 
 
@@ -526,6 +527,7 @@ class FreeConvolution:
         eb = np.array([p[2] for p in pieces], float)
         ea = np.array([p[3] for p in pieces], float)
         total_len = float(np.sum(hi - lo))
+        max_active = _MAX_ACTIVE + 16 * lo.size
         acc = {"lo": [], "hi": [], "eb": [], "ea": [], "u": [], "y": [], "re_g": [], "w": [], "q": []}
         totals = None
         error = 0.0
@@ -549,7 +551,10 @@ class FreeConvolution:
             thr = rtol * scale * np.maximum((hi - lo) / total_len, 0.01) + roundoff
             if _DEBUG:
                 print("level", level, lo.size, np.sum(diff > thr))
-            ok = (diff <= thr) | (level == _MAX_LEVEL)
+            # a refinement that keeps doubling (a degenerate iterate: delta = 4e12 halved 1e6 panels of a support
+            # 4e12 wide, level after level, until memory ran out) stops at max_active panels: they are accepted,
+            # their disagreement goes into the error estimate
+            ok = (diff <= thr) | (level == _MAX_LEVEL) | (lo.size > max_active)
             for key, val in (("lo", lo), ("hi", hi), ("eb", eb), ("ea", ea), ("u", r["u"]), ("y", r["y"]),
                              ("re_g", r["re_g"]), ("w", r["w"]), ("q", q)):
                 acc[key].append(val[ok])
