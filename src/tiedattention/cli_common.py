@@ -25,6 +25,7 @@ import typer
 
 from .errors import ParameterError
 from .problem import Problem, validate_alpha
+from .targets import validate_dimension
 
 TargetOpt = Annotated[
     str, typer.Option("--target", help="mp:K | powerlaw:G[:cutoff=R] | spikes:a,b[+mp:K] | file:eig.npy")
@@ -98,8 +99,7 @@ def with_problem(fn: Callable[..., Any]) -> Callable[..., Any]:
 def check_dimension(d: int | None, name: str = "d") -> None:
     """The one check of ``--d`` (or another dimension option, ``name``) shared by the commands and the phase
     diagram's API: not given (None) or an integer >= 2 (a bool or a non-integral number is refused too)."""
-    if d is not None and (isinstance(d, bool) or int(d) != d or d < 2):
-        raise ParameterError(name, f"must be an integer >= 2 (got {d})")
+    validate_dimension(d, name)
 
 
 def parse_dimensions(text: str, name: str = "d") -> list[int]:

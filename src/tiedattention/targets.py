@@ -67,6 +67,16 @@ def mp_stieltjes(z: np.ndarray, kappa0: float) -> tuple[np.ndarray, np.ndarray]:
     return gm / s, dgm / s**2
 
 
+def validate_dimension(d, name: str = "d") -> int | None:
+    """The one check of a dimension (``--d`` and the ``d`` of the Python API): None (not given: d -> inf where that
+    makes sense) or an integer >= 2; a bool or a non-integral number is refused. Returns it as an int (or None)."""
+    if d is None:
+        return None
+    if isinstance(d, bool) or not isinstance(d, (int, float, np.integer, np.floating)) or int(d) != d or d < 2:
+        raise ParameterError(name, f"must be an integer >= 2 (got {d})")
+    return int(d)
+
+
 # --------------------------------------------------------------------------------------------------
 # Spectral measure handed to the theory
 # --------------------------------------------------------------------------------------------------
@@ -236,6 +246,7 @@ class MPTarget(Target):
         return np.linalg.eigvalsh(self.sample(d, rng))
 
     def measure(self, d: int | None = None) -> SpectralMeasure:
+        validate_dimension(d)
         return SpectralMeasure(mp_kappa0=self.kappa0, mp_mass=1.0)
 
 
@@ -262,6 +273,7 @@ class PowerLawTarget(Target):
         return theta / np.sqrt(np.mean(theta**2))
 
     def measure(self, d: int | None = None) -> SpectralMeasure:
+        d = validate_dimension(d)
         if d is None:
             raise ParameterError("d", "a power-law target needs a finite dimension d for the theory")
         theta = self.eigenvalues(d)
@@ -310,6 +322,7 @@ class SpikedTarget(Target):
         return np.sort(np.concatenate([self.spikes, rest]))[::-1]
 
     def measure(self, d: int | None = None) -> SpectralMeasure:
+        d = validate_dimension(d)
         if d is None:
             raise ParameterError("d", "a spiked target needs a finite dimension d for the theory")
         k = self.spikes.size
@@ -352,6 +365,7 @@ class CustomTarget(Target):
         return np.interp(dst, src, self.values)
 
     def measure(self, d: int | None = None) -> SpectralMeasure:
+        d = validate_dimension(d)
         ev = self.eigenvalues(d if d is not None else self.values.size)
         return SpectralMeasure(atoms=ev, weights=np.full(ev.size, 1.0 / ev.size), d=int(ev.size))
 
