@@ -66,6 +66,7 @@ PROBLEM_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
     ("model", ModelOpt, "factorized"),
     ("task", TaskOpt, "seq2lab"),
 )
+LAM_DEFAULT = {name: default for name, _, default in PROBLEM_OPTIONS}["lam"]  # the --lam a user did not set
 
 
 def with_problem(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -17,7 +17,7 @@ import typer
 
 from ..cli_common import (
     FIGURE_SUFFIXES,
-    PROBLEM_OPTIONS,
+    LAM_DEFAULT,
     Beta0Opt,
     BetaOpt,
     JsonOpt,
@@ -36,8 +36,6 @@ from ..cli_common import (
     problem_from_cli,
 )
 from ..errors import ParameterError
-
-LAM_DEFAULT = {name: default for name, _, default in PROBLEM_OPTIONS}["lam"]  # any other --lam is refused here
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ..cli_common import (
-    PROBLEM_OPTIONS,
+    LAM_DEFAULT,
     JsonOpt,
     check_dimension,
     cli_errors,
@@ -19,9 +19,6 @@ from ..cli_common import (
 )
 from ..errors import ParameterError
 from ..problem import Problem
-
-LAM_DEFAULT = {name: default for name, _, default in PROBLEM_OPTIONS}["lam"]  # warned about with --optimal-lam
-
 
 LAM_RANGE_DEFAULT = "1e-5:10"
 
