@@ -10,23 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+from test_sweep_local import CLI, RUN_COLUMNS  # the sweep command on its own typer app; run-dependent columns
 
 from tiedattention.sweep import Store, parse_spec, run_sweep
 
 HERE = Path(__file__).parent
-RUN_COLUMNS = ["pid", "worker_pid", "worker_host", "started_at", "seconds"]
-
-# the sweep command on its own typer app, as in test_sweep_local.py
-CLI = """
-import typer
-from tiedattention.commands.sweep import register
-app = typer.Typer(pretty_exceptions_enable=False)
-@app.callback()
-def main():
-    pass
-register(app)
-app()
-"""
 
 
 def slow_route(params):
