@@ -27,3 +27,15 @@ def test_the_api_and_the_cli_share_the_check():
     assert validate_dimension(None) is None and validate_dimension(100.0) == 100
     m = Problem.from_options(target="powerlaw:1.25").task.target.measure(100.0)  # an integral float is a dimension
     assert m.q0 == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("option", [["--seeds", "3"], ["--solver", "adam"], ["--device", "cpu"]])
+def test_spectrum_refuses_simulation_options_without_d(option):
+    """`spectrum --seeds/--solver/--device` without --d was silently ignored (no simulation runs without it)."""
+    from typer.testing import CliRunner
+
+    from tiedattention.cli import app
+
+    res = CliRunner().invoke(app, ["spectrum", "--alpha", "0.5", *option])
+    assert res.exit_code == 2
+    assert f"error: {option[0]}: sets the simulation, which needs --d D" in res.output

@@ -24,6 +24,8 @@ from ..cli_common import (
 from ..errors import ParameterError
 from ..problem import Problem, validate_alpha
 
+SPECTRUM_SEEDS = 4  # simulated students with --d when --seeds is not given
+
 
 def register(app: typer.Typer) -> None:
     app.command("spectrum")(spectrum_cmd)
@@ -34,9 +36,11 @@ def spectrum_cmd(
     problem: Problem,
     alpha: Annotated[float, typer.Option("--alpha", help="α = n/d²")],
     d: Annotated[int | None, typer.Option("--d", help="simulate at this d and overlay the spectra")] = None,
-    seeds: Annotated[int, typer.Option("--seeds", help="simulated students (with --d)")] = 4,
-    solver: Annotated[str, typer.Option("--solver", help="simulation solver: prox | adam | lbfgs")] = "prox",
-    device: Annotated[str, typer.Option("--device", help="cpu | cuda")] = "cpu",
+    seeds: Annotated[int | None, typer.Option("--seeds", help="simulated students (with --d; default 4)")] = None,
+    solver: Annotated[str | None, typer.Option(
+        "--solver", help="simulation solver, with --d: prox (default) | adam | lbfgs")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="simulation device, with --d: cpu (default) | cuda")
+                      ] = None,
     theory_d: Annotated[
         int | None, typer.Option("--theory-d", help="d of the eigenvalue list for list targets (default: --d)")
     ] = None,
@@ -54,6 +58,12 @@ def spectrum_cmd(
             raise ParameterError("model", "the learned-spectrum law is implemented for the factorized student")
         check_dimension(d)
         check_dimension(theory_d, "theory-d")
+        for name, value in (("seeds", seeds), ("solver", solver), ("device", device)):
+            if d is None and value is not None:  # (it was silently ignored: no simulation without --d)
+                raise ParameterError(name, "sets the simulation, which needs --d D")
+        seeds = SPECTRUM_SEEDS if seeds is None else seeds
+        solver = solver or "prox"
+        device = device or "cpu"
         if seeds < 1:
             raise ParameterError("seeds", f"must be >= 1 (got {seeds})")
         if joint_law < 0:
