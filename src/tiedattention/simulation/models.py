@@ -201,6 +201,10 @@ class Objective:
         """lam d ||S||_F^2 / d^2 = lam (1/d) ||S||_F^2."""
         return self.lam * (S * S).sum() / self.d
 
+    def penalty_S(self, S: torch.Tensor) -> torch.Tensor:
+        """The student's penalty as a function of S: the trace (factorised) or the ridge (direct)."""
+        return self.penalty_trace(S) if self.problem.student.model == "factorized" else self.penalty_ridge(S)
+
     # full objectives, setting .grad -------------------------------------------------------------
     def value_grad_W(self, W: torch.Tensor) -> float:
         """F(W); sets W.grad (zeroed first)."""

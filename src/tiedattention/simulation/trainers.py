@@ -343,8 +343,7 @@ def solve_prox(
     Hx = obj.logits_all(x)
     # the objective of the start, penalty included (a start's F without it made every step from a warm start
     # near a minimiser look like an increase: the solver stopped at ``init`` after ``patience`` rejections)
-    Fx = obj.loss_of_logits(Hx, grad=False)[0] + (float(obj.penalty_trace(x)) if factorized
-                                                  else float(obj.penalty_ridge(x)))
+    Fx = obj.loss_of_logits(Hx, grad=False)[0] + float(obj.penalty_S(x))
     y, Hy, theta = x, Hx, 1.0
     alpha = obj.n / d**2
     t = t0 if t0 is not None else 2.0 * d / max(alpha, 1e-3)
@@ -406,10 +405,7 @@ register_solver("prox", solve_prox)
 def _finish(problem: Problem, obj: Objective, sol: Solution, seconds: float, solver: str) -> TrainResult:
     S = sym(sol.S.detach())
     data = obj.data_only(S)
-    if problem.student.model == "factorized":
-        pen = float(obj.penalty_trace(S))
-    else:
-        pen = float(obj.penalty_ridge(S))
+    pen = float(obj.penalty_S(S))
     F = data + pen
     converged, message = sol.converged, sol.message
     if not math.isfinite(F):
@@ -492,8 +488,7 @@ def objective_at(problem: Problem, data: Dataset, S: np.ndarray, device: str = "
     td = TorchData.from_dataset(data, device=device)
     obj = Objective(problem, td)
     St = torch.as_tensor(S, dtype=td.dtype, device=td.device)
-    pen = obj.penalty_trace(St) if problem.student.model == "factorized" else obj.penalty_ridge(St)
-    return obj.data_only(St) + float(pen)
+    return obj.data_only(St) + float(obj.penalty_S(St))
 
 
 __all__ += ["objective_at", "logits_S"]
