@@ -236,11 +236,11 @@ class DesignObjective:
     # the AIM objective's penalties (they read only lam and d)
     penalty_trace = Objective.penalty_trace
     penalty_ridge = Objective.penalty_ridge
+    penalty_S = Objective.penalty_S
 
     def value(self, S: torch.Tensor) -> float:
         """The full normalised objective F(S) (trace penalty for the factorised model, ridge for the direct one)."""
-        pen = self.penalty_trace(S) if self.problem.student.model == "factorized" else self.penalty_ridge(S)
-        return self.data_only(S) + float(pen)
+        return self.data_only(S) + float(self.penalty_S(S))
 
 
 class GaussianObjective(DesignObjective):
