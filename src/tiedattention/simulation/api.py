@@ -15,6 +15,7 @@ import torch
 
 from ..errors import ParameterError
 from ..problem import Problem, alpha_bar, validate_alpha
+from ..targets import validate_dimension
 from .metrics import mse_on_S, rank_fraction, spectra, test_errors
 from .models import resolve_device
 from .sampler import rng_for, sample_dataset
@@ -46,8 +47,7 @@ def combined_sem(values: np.ndarray, within_sem: np.ndarray) -> float:
 
 def _validate(d: int, seeds: int, solver: str, n_test: int, seed0: int = 0, threads: int | None = None,
               rank_tol: float = 1e-6) -> None:
-    if isinstance(d, bool) or int(d) != d or d < 2:
-        raise ParameterError("d", f"must be an integer >= 2 (got {d!r})")
+    validate_dimension(d)
     if isinstance(seeds, bool) or int(seeds) != seeds or seeds < 1:
         raise ParameterError("seeds", f"must be an integer >= 1 (got {seeds!r})")
     if solver not in SOLVERS:

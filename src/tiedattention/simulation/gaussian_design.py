@@ -40,6 +40,7 @@ from ..design import design_gram
 from ..design import logit_pairs as pairs
 from ..errors import ParameterError
 from ..problem import Problem
+from ..targets import validate_dimension
 from .models import Objective, seq2lab_loss, sym
 from .sampler import rng_for, softmax_rows, symmetric_noise
 from .trainers import solve_prox
@@ -155,8 +156,7 @@ def design_setup(problem: Problem, n: int, d: int, seed: int, S0: np.ndarray | N
         raise ParameterError("task", f"the {name} design is implemented for seq2lab only")
     if isinstance(n, bool) or int(n) != n or n < 1:
         raise ParameterError("n", f"must be a positive integer (got {n!r})")
-    if isinstance(d, bool) or int(d) != d or d < 2:
-        raise ParameterError("d", f"must be an integer >= 2 (got {d!r})")
+    validate_dimension(d)
     if S0 is None:
         S0 = task.target.sample(int(d), rng_for(int(seed), "target"))
     return int(n), int(d), task.tokens, np.asarray(S0, dtype=np.float64)

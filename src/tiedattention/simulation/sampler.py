@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import ParameterError
 from ..problem import Problem
+from ..targets import validate_dimension
 
 __all__ = [
     "PURPOSES",
@@ -125,8 +126,7 @@ def _setup(problem, n, d, rng_or_seed, S0, purpose):
     """Validated (n, d, S0, rng) of a sample (see :func:`sample_dataset`)."""
     if isinstance(n, bool) or int(n) != n or n < 1:
         raise ParameterError("n", f"must be a positive integer (got {n!r})")
-    if isinstance(d, bool) or int(d) != d or d < 2:
-        raise ParameterError("d", f"must be an integer >= 2 (got {d!r})")
+    validate_dimension(d)
     n, d = int(n), int(d)
     task = problem.task
     if isinstance(rng_or_seed, np.random.Generator):
@@ -150,9 +150,11 @@ def _setup(problem, n, d, rng_or_seed, S0, purpose):
 
 
 def _chunks(problem, n, d, S0, rng, chunk, keep_outputs):
-    """Consecutive chunks of the sample as Datasets (the draws do not depend on the chunk size)."""
+    """Consecutive chunks of the sample as Datasets (the draws do not depend on the chunk size; default
+    :func:`default_chunk`)."""
     task = problem.task
     T = task.tokens
+    chunk = int(chunk) if chunk else default_chunk(T, d)
     seq2seq = task.task == "seq2seq"
     rx, rxi, rout = _streams(rng)
     sd, sout = np.sqrt(task.noise), np.sqrt(task.noise_out)
@@ -193,7 +195,6 @@ def iter_dataset(
     """The sample of :func:`sample_dataset` (same arguments, same numbers) as consecutive Datasets of at most
     ``chunk`` sequences, so that a large sample (e.g. test sequences) never has to be in memory at once."""
     n, d, S0, rng = _setup(problem, n, d, rng_or_seed, S0, purpose)
-    chunk = int(chunk) if chunk else default_chunk(problem.task.tokens, d)
     yield from _chunks(problem, n, d, S0, rng, chunk, keep_outputs)
 
 
@@ -223,7 +224,6 @@ def sample_dataset(
     task = problem.task
     T = task.tokens
     seq2seq = task.task == "seq2seq"
-    chunk = int(chunk) if chunk else default_chunk(T, d)
     X = np.empty((n, T, d))
     y = np.empty((n, T, T))
     clean = np.empty((n, T, T))
