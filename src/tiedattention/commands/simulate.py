@@ -202,11 +202,12 @@ def simulate(
         limit_theory = theory and not problem.task.target.needs_d
         from ..amp import register as register_gamp
         from ..simulation import SOLVERS, n_of, resolve_device, simulate_record
+        from ..simulation.trainers import unknown_solver
 
         register_gamp()  # the "gamp" solver lives above the simulation layer (it uses the theory's channel)
 
         if solver not in SOLVERS:
-            raise ParameterError("solver", f"unknown solver {solver!r} (known: {', '.join(sorted(SOLVERS))})")
+            raise ParameterError("solver", unknown_solver(solver))
         if solver == "gamp" and problem.task.task != "seq2lab":  # before the SE of --theory, not at the first seed
             raise ParameterError("task", "GAMP is implemented for seq2lab (its loss is a function of the logits)")
         resolve_device(device)
