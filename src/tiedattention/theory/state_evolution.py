@@ -934,19 +934,29 @@ class StateEvolution:
 
         abar = alpha_bar(alpha, self.problem.task.tokens)
         r = self.problem.task.beta0 / self.problem.student.beta
-        q, m = r * r * self.q0, r * self.q0
         below = abar < self.interpolation_alpha_bar()
         nan = float("nan")
         sigma, conj = (math.inf, 0.0) if below else (nan, nan)
+        return self._interpolating_result(
+            alpha, r * r * self.q0, r * self.q0, delta=0.0, eps=0.0, rank=rank_fraction(self.measure),
+            iterations=0, residual=0.0, converged=True, sigma=sigma, conj=conj,
+            message="perfect recovery (noiseless, lambda -> 0+): S_hat = (beta0/beta) S0" + (
+                "" if below else "; Sigma and the conjugates (finite in this limit) are not computed"))
+
+    def _interpolating_result(self, alpha: float, q: float, m: float, *, delta: float, eps: float, rank: float,
+                              iterations: int, residual: float, converged: bool, message: str,
+                              sigma: float = math.inf, conj: float = 0.0) -> SEResult:
+        """The SEResult of a lambda -> 0+ point given its overlaps (q, m): zero train error (plus the output noise's
+        offset), the test errors from the channel at (q, m); Sigma diverges (inf) and the conjugates vanish unless
+        given."""
         te, te_err = self.channel_final.test_error(q, m, clean=False)
         tc, tc_err = self.channel_final.test_error(q, m, clean=True)
         return SEResult(
-            alpha=alpha, alpha_bar=abar, q=q, m=m, sigma=sigma, q_hat=conj, m_hat=conj, sigma_hat=conj,
-            delta=0.0, eps=0.0, mse=self.q0 - 2 * m + q, test_error=te + self.error_offset, test_error_clean=tc,
-            train_error=self.error_offset, objective=alpha * self.error_offset, rank=rank_fraction(self.measure),
-            converged=True, iterations=0, residual=0.0, seconds=0.0, phase="interpolating",
-            message="perfect recovery (noiseless, lambda -> 0+): S_hat = (beta0/beta) S0" + (
-                "" if below else "; Sigma and the conjugates (finite in this limit) are not computed"),
+            alpha=alpha, alpha_bar=alpha_bar(alpha, self.problem.task.tokens), q=q, m=m, sigma=sigma, q_hat=conj,
+            m_hat=conj, sigma_hat=conj, delta=delta, eps=eps, mse=self.q0 - 2 * m + q,
+            test_error=te + self.error_offset, test_error_clean=tc, train_error=self.error_offset,
+            objective=alpha * self.error_offset, rank=rank, converged=converged, iterations=iterations,
+            residual=residual, seconds=0.0, phase="interpolating", message=message,
             errors={"test_error": te_err, "test_error_clean": tc_err},
         )
 
@@ -974,15 +984,8 @@ class StateEvolution:
             it, resid, ok, msg = sol["iterations"], sol["residual"], sol["converged"], sol["message"]
             if not np.isfinite(q) or not np.isfinite(m):
                 return self._failed(alpha, it, resid, msg or "interpolating phase: no solution")
-        te, te_err = self.channel_final.test_error(q, m, clean=False)
-        tc, tc_err = self.channel_final.test_error(q, m, clean=True)
-        return SEResult(
-            alpha=alpha, alpha_bar=abar, q=q, m=m, sigma=math.inf, q_hat=0.0, m_hat=0.0, sigma_hat=0.0,
-            delta=delta, eps=eps, mse=self.q0 - 2 * m + q, test_error=te + self.error_offset,
-            test_error_clean=tc, train_error=self.error_offset, objective=alpha * self.error_offset,
-            rank=rank, converged=ok, iterations=it, residual=resid, seconds=0.0, phase="interpolating",
-            message=msg, errors={"test_error": te_err, "test_error_clean": tc_err},
-        )
+        return self._interpolating_result(alpha, q, m, delta=delta, eps=eps, rank=rank, iterations=it, residual=resid,
+                                          converged=ok, message=msg)
 
     # ----------------------------------------------------------------- sweeps ------------------
     def solve_warm(self, alpha: float, init: np.ndarray | SEResult | None) -> SEResult:
