@@ -16,6 +16,7 @@ Notation (THEORY.md):
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -23,10 +24,14 @@ from typing import Any
 from .errors import ParameterError
 from .targets import Target, parse_target
 
-__all__ = ["Task", "Student", "Problem", "alpha_bar", "alpha_from_bar", "validate_alpha", "TASKS", "MODELS"]
+__all__ = ["Task", "Student", "Problem", "alpha_bar", "alpha_from_bar", "validate_alpha", "validate_integer",
+           "validate_problem", "TASKS", "MODELS", "OPTIONS"]
 
 TASKS = ("seq2lab", "seq2seq")
 MODELS = ("factorized", "direct")
+TASK_OPTIONS = ("target", "tokens", "beta0", "noise", "noise_out", "task")
+STUDENT_OPTIONS = ("model", "kappa", "lam", "beta")
+OPTIONS = TASK_OPTIONS + STUDENT_OPTIONS  # Problem.from_options' keywords, Problem.options()' keys
 
 
 def _check_finite(name: str, value: float) -> float:
@@ -37,6 +42,34 @@ def _check_finite(name: str, value: float) -> float:
     if not math.isfinite(v):
         raise ParameterError(name, f"must be finite (got {value!r})")
     return v
+
+
+def validate_integer(name: str, value: Any, minimum: int) -> int:
+    """The one integer check of the API: ``value`` is an integer >= ``minimum`` (an int, a numpy integer, an
+    integral float or a string of one, as the CLI passes it; never a bool), returned as an int."""
+    try:
+        v = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        v = math.nan
+    if not (math.isfinite(v) and v.is_integer() and v >= minimum):
+        raise ParameterError(name, f"must be an integer >= {minimum} (got {value!r})")
+    return int(v)
+
+
+def _unknown_option(name: str, known: list[str]) -> ParameterError:
+    """An option that does not exist: name it, say what exists and which was probably meant."""
+    import difflib
+
+    hint = ""
+    if name in ("kappa0", "kappa_0", "rank"):
+        hint = "; the target's rank fraction kappa0 is part of the target: target='mp:0.3'"
+    elif name in ("T", "delta", "Delta", "noise_var", "weight_decay", "lambda_", "lmbda", "l2"):
+        meant = {"T": "tokens", "delta": "noise", "Delta": "noise", "noise_var": "noise"}.get(name, "lam")
+        hint = f"; did you mean {meant!r}?"
+    else:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ParameterError(name, f"unknown problem option (known: {', '.join(known)}){hint}")
 
 
 def _check_nonneg(name: str, value: float) -> float:
@@ -66,11 +99,7 @@ class Task:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target", parse_target(self.target))
-        if isinstance(self.tokens, bool) or not float(self.tokens).is_integer():
-            raise ParameterError("tokens", f"must be an integer >= 2 (got {self.tokens!r})")
-        if int(self.tokens) < 2:
-            raise ParameterError("tokens", f"must be an integer >= 2 (got {self.tokens!r})")
-        object.__setattr__(self, "tokens", int(self.tokens))
+        object.__setattr__(self, "tokens", validate_integer("tokens", self.tokens, 2))
         object.__setattr__(self, "beta0", _check_pos("beta0", self.beta0))
         object.__setattr__(self, "noise", _check_nonneg("noise", self.noise))
         object.__setattr__(self, "noise_out", _check_nonneg("noise-out", self.noise_out))
@@ -116,6 +145,12 @@ class Problem:
     task: Task = field(default_factory=Task)
     student: Student = field(default_factory=Student)
 
+    def __post_init__(self) -> None:
+        for name, value, kind in (("task", self.task, Task), ("student", self.student, Student)):
+            if not isinstance(value, kind):
+                raise ParameterError(name, f"must be a {kind.__name__} (got {value!r}); "
+                                     "Problem.from_options(...) builds a problem from options")
+
     @classmethod
     def from_options(
         cls,
@@ -129,8 +164,16 @@ class Problem:
         kappa: float = 1.0,
         model: str = "factorized",
         task: str = "seq2lab",
+        **unknown: Any,
     ) -> Problem:
-        """The problem options shared by every CLI command (ARCHITECTURE.md), with the same defaults."""
+        """The problem options shared by every CLI command (ARCHITECTURE.md), with the same defaults.
+
+        ``target`` is a spec (``"mp:KAPPA0"``, ``"powerlaw:GAMMA"``, ``"spikes:a,b,c[+mp:K]"``, ``"file:PATH"``)
+        or a :class:`~tiedattention.targets.Target`; ``noise`` is Delta, ``noise_out`` Delta_out, ``lam`` lambda,
+        ``tokens`` T, ``beta``/``beta0`` the student's/teacher's temperatures, ``kappa`` p/d. Every value is
+        validated here; a bad one, or an option that does not exist, is a :class:`ParameterError` naming it."""
+        if unknown:
+            raise _unknown_option(sorted(unknown)[0], list(OPTIONS))
         return cls(
             Task(target=target, tokens=tokens, beta0=beta0, noise=noise, noise_out=noise_out, task=task),
             Student(model=model, kappa=kappa, lam=lam, beta=beta),
@@ -145,14 +188,33 @@ class Problem:
     def with_options(self, **changes: Any) -> Problem:
         """A copy with some options changed (validated again)."""
         opts = self.options()
-        unknown = set(changes) - set(opts)
-        if unknown:
-            raise ParameterError(sorted(unknown)[0], "unknown problem option")
         opts.update(changes)
         return Problem.from_options(**opts)
 
     def replace_student(self, **changes: Any) -> Problem:
+        """A copy with some student options (model, kappa, lam, beta) changed (validated again)."""
+        for name in sorted(changes):
+            if name in STUDENT_OPTIONS:
+                continue
+            if name in OPTIONS:
+                raise ParameterError(name, "is a task option, not a student one: use with_options")
+            raise _unknown_option(name, list(OPTIONS))
         return replace(self, student=replace(self.student, **changes))
+
+
+# from_options takes **unknown only to name a misspelt option (a ParameterError, not Python's TypeError); its
+# signature, which help() shows and sweep specs read their grid keys from, lists the options alone
+_sig = inspect.signature(Problem.from_options.__func__)
+Problem.from_options.__func__.__signature__ = _sig.replace(
+    parameters=[p for p in _sig.parameters.values() if p.kind is not p.VAR_KEYWORD])
+
+
+def validate_problem(problem: Any, name: str = "problem") -> Problem:
+    """The entry points' check that they were handed a :class:`Problem` (not a target spec or an option dict)."""
+    if not isinstance(problem, Problem):
+        raise ParameterError(name, f"must be a Problem (got {type(problem).__name__} {problem!r:.60}); "
+                             "Problem.from_options(...) builds one")
+    return problem
 
 
 def validate_alpha(alpha: float, name: str = "alpha") -> float:
