@@ -72,3 +72,81 @@ def test_option_names_are_from_options_keywords():
     assert sorted(OPTIONS) == sorted(params) == sorted(Problem.from_options().options())
     p = Problem.from_options(lam=0.3, noise=0.2, tokens=3)
     assert Problem.from_options(**p.options()) == p
+
+
+# ------------------------------------------------------------------------------------------- simulation/api.py
+@pytest.fixture
+def no_sampling(monkeypatch):
+    """simulate_record must refuse bad input before it samples (or trains) anything."""
+    pytest.importorskip("torch")
+    import tiedattention.simulation.api as api
+
+    def fail(*args, **kwargs):
+        raise AssertionError("sampled a data set before validating the arguments")
+
+    monkeypatch.setattr(api, "sample_dataset", fail)
+    return api.simulate_record
+
+
+@pytest.mark.parametrize(("param", "kwargs"), [
+    ("seeds", {"seeds": "a"}),            # was int()'s ValueError
+    ("seeds", {"seeds": None}),           # was a TypeError
+    ("n-test", {"n_test": "a"}),          # was int()'s ValueError
+    ("seed", {"seed0": [0]}),             # was a TypeError
+    ("rank_tol", {"rank_tol": "a"}),      # was math.isfinite's TypeError
+    ("threads", {"threads": "x"}),
+    ("d", {"d": "abc"}),
+    ("alpha", {"alpha": -1.0}),
+    ("problem", {"problem": None}),       # was an AttributeError deep inside
+    ("problem", {"problem": "mp:0.5"}),
+])
+def test_simulate_record_bad_arguments(no_sampling, param, kwargs):
+    args = {"problem": Problem.from_options(), "alpha": 0.5, "d": 10, "seeds": 1, "solver": "prox", **kwargs}
+    raises_parameter_error(param, no_sampling, **args)
+
+
+@pytest.mark.parametrize(("solver", "option", "theirs"), [
+    ("prox", "tol", "rtol"),              # adam's name given to prox: was solve_prox's TypeError after sampling
+    ("prox", "max_steps", "max_iter"),
+    ("lbfgs", "lr", "rtol"),
+    ("adam", "rtol", "tol"),
+    ("adam", "foo", "max_steps"),
+])
+def test_simulate_record_refuses_an_option_the_solver_does_not_take(no_sampling, solver, option, theirs):
+    err = raises_parameter_error(option, no_sampling, Problem.from_options(), alpha=0.5, d=10, seeds=1,
+                                 solver=solver, **{option: 1})
+    assert solver in err.message and theirs in err.message
+
+
+def test_solver_options_are_the_solvers_keywords():
+    pytest.importorskip("torch")
+    import inspect
+
+    from tiedattention.simulation import SOLVERS, register_solver
+    from tiedattention.simulation.api import solver_options
+
+    for name, fn in SOLVERS.items():
+        kw = [p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
+        assert set(solver_options(name)) == set(kw) - {"seed", "callback"}, name
+    assert "lr" in solver_options("adam") and "rtol" in solver_options("prox")
+
+    def anything(problem, obj, *, seed=0, callback=None, **options):  # a **kwargs solver takes any option
+        raise NotImplementedError
+
+    register_solver("_api_review_any", anything)
+    try:
+        assert solver_options("_api_review_any") is None
+    finally:
+        SOLVERS.pop("_api_review_any")
+    raises_parameter_error("solver", solver_options, "sgd")
+
+
+def test_simulate_record_still_takes_its_solvers_options():
+    """The options the solvers do take still reach them: a prox run capped at 3 iterations stops there."""
+    pytest.importorskip("torch")
+    from tiedattention.simulation import simulate_record
+
+    seen = []
+    rec = simulate_record(Problem.from_options(), alpha=0.5, d=10, seeds=1, solver="prox", max_iter=3,
+                          callback=lambda step, F, s: seen.append(step), n_test=50)
+    assert rec["steps_mean"] == 3 and len(seen) == 3 and rec["converged"] == 0.0

@@ -5,6 +5,7 @@ The record is the JSON object of the ``tiedattention simulate`` contract (ARCHIT
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from collections.abc import Callable
@@ -14,14 +15,14 @@ import numpy as np
 import torch
 
 from ..errors import ParameterError
-from ..problem import Problem, alpha_bar, validate_alpha
+from ..problem import Problem, alpha_bar, validate_alpha, validate_integer, validate_problem
 from ..targets import validate_dimension
 from .metrics import mse_on_S, rank_fraction, spectra, test_errors
 from .models import resolve_device
 from .sampler import rng_for, sample_dataset
 from .trainers import SOLVERS, train, unknown_solver
 
-__all__ = ["simulate_record", "n_of", "combined_sem"]
+__all__ = ["simulate_record", "n_of", "combined_sem", "solver_options"]
 
 
 def n_of(alpha: float, d: int) -> int:
@@ -48,18 +49,47 @@ def combined_sem(values: np.ndarray, within_sem: np.ndarray) -> float:
 def _validate(d: int, seeds: int, solver: str, n_test: int, seed0: int = 0, threads: int | None = None,
               rank_tol: float = 1e-6) -> None:
     validate_dimension(d)
-    if isinstance(seeds, bool) or int(seeds) != seeds or seeds < 1:
-        raise ParameterError("seeds", f"must be an integer >= 1 (got {seeds!r})")
+    validate_integer("seeds", seeds, 1)
     if solver not in SOLVERS:
         raise ParameterError("solver", unknown_solver(solver))
-    if isinstance(n_test, bool) or int(n_test) != n_test or n_test < 2:
-        raise ParameterError("n-test", f"must be an integer >= 2 (got {n_test!r})")
-    if isinstance(seed0, bool) or int(seed0) != seed0 or seed0 < 0:
-        raise ParameterError("seed", f"must be an integer >= 0 (got {seed0!r}): seeds are non-negative integers")
-    if threads is not None and (isinstance(threads, bool) or int(threads) != threads or threads < 1):
-        raise ParameterError("threads", f"must be an integer >= 1 (got {threads!r})")
-    if not (math.isfinite(rank_tol) and 0 <= rank_tol < 1):
+    validate_integer("n-test", n_test, 2)
+    validate_integer("seed", seed0, 0)
+    if threads is not None:
+        validate_integer("threads", threads, 1)
+    try:
+        tol = float(rank_tol) if not isinstance(rank_tol, bool) else math.nan
+    except (TypeError, ValueError):
+        tol = math.nan
+    if not (math.isfinite(tol) and 0 <= tol < 1):
         raise ParameterError("rank_tol", f"must be in [0, 1) (got {rank_tol!r})")
+
+
+# train()'s own keywords that simulate_record passes on with the solver's (device and seed it sets itself)
+_TRAIN_OPTIONS = ("dtype", "chunk", "callback")
+
+
+def solver_options(solver: str) -> tuple[str, ...] | None:
+    """The keyword options a registered solver takes (what ``simulate_record(..., **trainer_options)`` and
+    ``train(..., **options)`` hand to it), or None when it takes any (a ``**kwargs`` solver)."""
+    if solver not in SOLVERS:
+        raise ParameterError("solver", unknown_solver(solver))
+    params = inspect.signature(SOLVERS[solver]).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in ("seed", "callback"))
+
+
+def _validate_trainer_options(solver: str, options: dict[str, Any]) -> None:
+    """An option the solver does not take is a ParameterError naming it (it was the solver's TypeError, raised
+    after the first data set had been sampled); the solvers' option names differ (adam: tol, max_steps;
+    lbfgs, prox: rtol, max_iter), so the message lists the solver's own."""
+    known = solver_options(solver)
+    if known is None:
+        return
+    for name in sorted(options):
+        if name not in known and name not in _TRAIN_OPTIONS:
+            raise ParameterError(name, f"is not an option of solver {solver!r} (its options: "
+                                 f"{', '.join(known + _TRAIN_OPTIONS)})")
 
 
 def _stats(name: str, values: list[float]) -> dict[str, float]:
@@ -102,10 +132,14 @@ def simulate_record(
     ``progress(info)`` is called after each seed with a dict (seed, test_error, steps, converged, seconds).
     ``threads`` sets torch's CPU thread count for the call (restored afterwards); by default small problems
     (n T d^2 < 2e8 multiply-adds per pass) run on one thread, larger ones on torch's default. Other keyword
-    arguments go to the solver (e.g. ``tol``, ``max_steps``, ``lr`` for adam).
+    arguments go to the solver: its own (:func:`solver_options`; e.g. ``lr``, ``tol``, ``max_steps`` for adam,
+    ``rtol``, ``max_iter`` for lbfgs and prox) and :func:`~.trainers.train`'s ``dtype``, ``chunk``, ``callback``;
+    any other is a ParameterError naming it, before anything is sampled.
     """
+    validate_problem(problem)
     alpha = validate_alpha(alpha)
     _validate(d, seeds, solver, n_test, seed0, threads, rank_tol)
+    _validate_trainer_options(solver, trainer_options)
     d, seeds, seed0 = int(d), int(seeds), int(seed0)
     dev = resolve_device(device)
     n = n_of(alpha, d)
