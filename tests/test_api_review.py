@@ -150,3 +150,44 @@ def test_simulate_record_still_takes_its_solvers_options():
     rec = simulate_record(Problem.from_options(), alpha=0.5, d=10, seeds=1, solver="prox", max_iter=3,
                           callback=lambda step, F, s: seen.append(step), n_test=50)
     assert rec["steps_mean"] == 3 and len(seen) == 3 and rec["converged"] == 0.0
+
+
+# ------------------------------------------------------------------------------------------------ theory/api.py
+def test_theory_records_bad_arguments(monkeypatch):
+    """Refused before the first point is solved (the solver is replaced by one that fails the test)."""
+    import tiedattention.theory.api as api
+
+    P = Problem.from_options()
+    err = raises_parameter_error("tolerance", api.theory_records, P, [0.5], tolerance=1e-8)  # was a TypeError
+    assert "'tol'" in err.message
+    raises_parameter_error("foo", api.theory_record, P, 0.5, foo=1)
+    raises_parameter_error("problem", api.theory_records, None, [0.5])  # was an AttributeError
+    raises_parameter_error("problem", api.theory_record, "mp:0.5", 0.5)
+    err = raises_parameter_error("alpha", api.theory_records, P, "0.1,0.5")  # was "alpha: must be > 0 (got '0')"
+    assert "list of numbers" in err.message
+
+    def fail(*args, **kwargs):
+        raise AssertionError("solved a point before validating the arguments")
+
+    monkeypatch.setattr(api.StateEvolution, "solve", fail)
+    raises_parameter_error("alpha", api.theory_records, P, [0.5, 1.0, -1.0])  # the bad alpha is last
+
+
+def test_theory_records_of_one_number_is_a_one_point_curve():
+    """theory_records(problem, 0.5) was "'float' object is not iterable"; it is theory_record's point."""
+    from tiedattention.theory import StateEvolution, theory_record, theory_records
+
+    P = Problem.from_options()
+    one = theory_records(P, 0.5, tol=1e-8)
+    assert len(one) == 1
+    point = theory_record(P, 0.5, tol=1e-8)
+    assert one[0]["test_error"] == pytest.approx(point["test_error"], abs=1e-9)
+    assert point["test_error"] == pytest.approx(StateEvolution(P, tol=1e-8).solve(0.5).test_error, abs=1e-12)
+
+
+def test_theory_option_hints():
+    from tiedattention.theory.api import check_options
+
+    assert "channel_options={'order'" in raises_parameter_error("order", check_options, {"order": 24}).message
+    assert "'accuracy'" in raises_parameter_error("acuracy", check_options, {"acuracy": 1e-4}).message
+    check_options({"tol": 1e-8, "accuracy": None, "channel_options": {"order": 24}})  # the real ones pass
