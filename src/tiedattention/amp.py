@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ConvergenceWarning, ParameterError
-from .problem import Problem
+from .problem import Problem, validate_integer, validate_problem
 from .theory.channel import _softmax_rows, logit_design, prox_softmax, softmax_loss
 from .theory.denoisers import spectral_divided_differences
 
@@ -249,6 +249,16 @@ class GAMPResult:
         return out
 
 
+def _number(name: str, value: Any) -> float:
+    """``value`` as a float (a number or a numpy scalar; not a bool or a string), else a ParameterError."""
+    if isinstance(value, (bool, str)) or value is None:
+        raise ParameterError(name, f"must be a number (got {value!r})")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ParameterError(name, f"must be a number (got {value!r})") from None
+
+
 def _output_step(omega, y, V, beta, T, w=None):
     """g_out and the summed -dg/domega traces: (g (n, K), sum_mu w_mu tr(I - J_mu)/V_mu), V_mu = w_mu V."""
     if w is not None and V > 0.0:
@@ -323,14 +333,28 @@ def gamp(
     ``converged=False`` and the last finite iterate.
     """
     t_start = time.perf_counter()
+    validate_problem(problem)
     if problem.task.task != "seq2lab":
         raise ParameterError("task", "GAMP is implemented for seq2lab (its loss is a function of the logits)")
+    damping = _number("damping", damping)
     if not 0 < damping <= 1:
         raise ParameterError("damping", f"must be in (0, 1] (got {damping!r})")
-    if not sigma0 >= 0:
-        raise ParameterError("sigma0", f"must be >= 0 (got {sigma0!r})")
+    sigma0 = _number("sigma0", sigma0)
+    if not 0 <= sigma0 < math.inf:
+        raise ParameterError("sigma0", f"must be finite and >= 0 (got {sigma0!r})")
+    min_damping = _number("min_damping", min_damping)
+    if not 0 < min_damping <= 1:
+        raise ParameterError("min_damping", f"must be in (0, 1] (got {min_damping!r})")
+    max_input_weight = _number("max_input_weight", max_input_weight)
+    if not 1 <= max_input_weight < math.inf:
+        raise ParameterError("max_input_weight", f"must be finite and >= 1 (got {max_input_weight!r})")
+    patience = validate_integer("patience", patience, 0)
+    max_iter = validate_integer("max_iter", max_iter, 1)
+    tol = _number("tol", tol)
     op = MeasurementOperator(X)
     n, T, d = op.n, op.T, op.d
+    if n < 1 or d < 1:
+        raise ParameterError("X", f"needs n >= 1 sequences of dimension d >= 1 (got shape {op.X.shape})")
     if T != problem.task.tokens:
         raise ParameterError("X", f"has T = {T} tokens, the problem has {problem.task.tokens}")
     y = np.asarray(y, float)
@@ -342,8 +366,6 @@ def gamp(
     for name, M in (("S0", S0), ("init", init)):
         if M is not None and (np.shape(M) != (d, d) or not np.all(np.isfinite(M))):
             raise ParameterError(name, f"must be a finite ({d}, {d}) matrix (got shape {np.shape(M)})")
-    if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 1:
-        raise ParameterError("max_iter", f"must be an integer >= 1 (got {max_iter!r})")
     if not tol >= 0:  # 0: run max_iter iterations
         raise ParameterError("tol", f"must be >= 0 (got {tol!r})")
     beta = problem.student.beta
@@ -358,6 +380,7 @@ def gamp(
     eta = float(damping)
     if input_weight is None:
         input_weight = 1.0 if rank is None else 1.5
+    input_weight = _number("input_weight", input_weight)
     if not 1.0 <= input_weight <= max_input_weight:
         raise ParameterError("input_weight", f"must be in [1, {max_input_weight:g}] (got {input_weight!r})")
     c_in = float(input_weight)
@@ -521,19 +544,34 @@ def se_trajectory(problem: Problem, alpha: float, x0, iterations: int, d: int | 
     from .theory.denoisers import matrix_update
     from .theory.state_evolution import StateEvolution
 
+    validate_problem(problem)
+    iterations = validate_integer("iterations", iterations, 0)
+    damping = _number("damping", damping)
     if not 0 < damping <= 1:
         raise ParameterError("damping", f"must be in (0, 1] (got {damping!r})")
     if damp not in ("iterates", "effective"):
         raise ParameterError("damp", f"must be 'iterates' or 'effective' (got {damp!r})")
+    try:
+        x0 = np.asarray(x0, float)
+    except (TypeError, ValueError):
+        x0 = np.array([])
+    if x0.shape != (3,):
+        raise ParameterError("x0", f"must be the three numbers (q, m, Sigma) (got {x0.tolist() if x0.size else x0!r})")
     if isinstance(noise_correlation, str):
         if noise_correlation != "two-time" or damp != "effective":
             raise ParameterError("noise_correlation", "a number, one per iteration, or 'two-time' (damp='effective')")
         from .theory.two_time import damped_state_evolution
 
         opts = dict(two_time_options or {})
+        known = {"memory", "qmc_log2", "replicas", "contour_nodes", "seed"}
+        if not set(opts) <= known:
+            raise ParameterError("two_time_options", f"unknown {sorted(set(opts) - known)} (known: {sorted(known)})")
         return damped_state_evolution(problem, alpha, x0, iterations, damping, d=d, channel_options=channel_options,
                                       **opts).x
     rhos = np.asarray(noise_correlation, float)
+    if rhos.ndim > 1 or (rhos.ndim == 1 and rhos.size < iterations):
+        raise ParameterError("noise_correlation", f"needs one number or one per iteration ({iterations}; got "
+                             f"shape {rhos.shape})")
     rhos = np.broadcast_to(rhos[:iterations] if rhos.ndim else rhos, (iterations,))
     if not np.all(np.abs(rhos[1:]) <= 1):
         raise ParameterError("noise_correlation", "must be in [-1, 1] (one number or one per iteration)")

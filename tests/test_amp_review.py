@@ -1,0 +1,103 @@
+"""Adversarial review of GAMP (tiedattention.amp): bad inputs give one ParameterError naming the parameter (never a
+TypeError from deep inside or a run on empty data), and the convergence report is honest."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from tiedattention.amp import gamp, se_trajectory
+from tiedattention.errors import ConvergenceWarning, ParameterError
+from tiedattention.problem import Problem
+
+REF = dict(target="mp:0.5", noise=0.5, lam=0.01, tokens=2)
+
+
+def _data(n: int, d: int, seed: int = 0):
+    """Tokens and seq2lab labels of the reference problem (numpy only, so no torch is needed here)."""
+    rng = np.random.default_rng(seed)
+    W0 = rng.standard_normal((d // 2, d))
+    S0 = W0.T @ W0 / math.sqrt(d // 2 * d)
+    X = rng.standard_normal((n, 2, d))
+    h = (np.einsum("nad,de,nbe->nab", X, S0, X) - np.trace(S0) * np.eye(2)) / math.sqrt(d)
+    e = np.exp(h - h.max(axis=2, keepdims=True))
+    return X, e / e.sum(axis=2, keepdims=True), S0
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(max_iter=5.5), "max_iter"),
+        (dict(max_iter=float("inf")), "max_iter"),  # was OverflowError
+        (dict(damping="0.5"), "damping"),  # was TypeError from a comparison
+        (dict(tol="small"), "tol"),
+        (dict(sigma0=None), "sigma0"),
+        (dict(patience=-1), "patience"),
+        (dict(patience=2.5), "patience"),
+        (dict(min_damping=0.0), "min_damping"),
+        (dict(min_damping=1.5), "min_damping"),
+        (dict(max_input_weight=0.5), "max_input_weight"),  # was "input_weight: must be in [1, 0.5]"
+        (dict(input_weight="2"), "input_weight"),
+    ],
+)
+def test_gamp_bad_options_name_the_parameter(kwargs, name):
+    pb = Problem.from_options(**REF)
+    X, y, _ = _data(30, 8)
+    with pytest.raises(ParameterError) as exc:
+        gamp(pb, X, y, **kwargs)
+    assert exc.value.param == name
+
+
+def test_gamp_integral_float_max_iter_is_accepted():
+    """max_iter=5.0 passed the integer check but then failed in range() (TypeError)."""
+    pb = Problem.from_options(**REF)
+    X, y, _ = _data(30, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        res = gamp(pb, X, y, max_iter=5.0)
+    assert res.iterations == 5 and len(res.history) == 6
+
+
+@pytest.mark.parametrize("n, d", [(0, 8), (5, 0)])
+def test_gamp_empty_data_is_a_parameter_error(n, d):
+    """No sequences (or d = 0) used to run one iteration on nothing: numpy 'Mean of empty slice' warnings,
+    sigma_hat = 0, converged = False and NaN objective; it is bad input."""
+    pb = Problem.from_options(**REF)
+    with pytest.raises(ParameterError) as exc:
+        gamp(pb, np.zeros((n, 2, d)), np.full((n, 2, 2), 0.5))
+    assert exc.value.param == "X" and "n >= 1" in exc.value.message
+
+
+def test_gamp_needs_a_problem():
+    X, y, _ = _data(30, 8)
+    with pytest.raises(ParameterError) as exc:
+        gamp("mp:0.5", X, y)
+    assert exc.value.param == "problem"
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, name",
+    [
+        ((-1,), {}, "iterations"),  # was ValueError from np.broadcast_to
+        ((2.5,), {}, "iterations"),  # was TypeError from range()
+        ((3,), dict(x0=(0.0, 0.0)), "x0"),  # was TypeError: moments() missing 'sigma'
+        ((3,), dict(x0=(0.0, 0.0, 1.0, 2.0)), "x0"),
+        ((5,), dict(damping=0.5, damp="effective", noise_correlation=[1.0, 0.5]), "noise_correlation"),
+        ((3,), dict(damping=0.5, damp="effective", noise_correlation="two-time", two_time_options={"foo": 1}),
+         "two_time_options"),  # was TypeError: unexpected keyword argument
+    ],
+)
+def test_se_trajectory_bad_input_names_the_parameter(args, kwargs, name):
+    pb = Problem.from_options(**REF)
+    x0 = kwargs.pop("x0", (0.0, 0.0, 1.0))
+    with pytest.raises(ParameterError) as exc:
+        se_trajectory(pb, 0.5, x0, *args, **kwargs)
+    assert exc.value.param == name
+
+
+def test_se_trajectory_zero_iterations_is_the_start():
+    pb = Problem.from_options(**REF)
+    np.testing.assert_array_equal(se_trajectory(pb, 0.5, (0.0, 0.0, 1.0), 0), [[0.0, 0.0, 1.0]])
