@@ -17,17 +17,25 @@
      ``<!-- docs-test: file NAME -->`` before a fence of another language (e.g. ```toml): its text is written
                                        to NAME in the cwd before the python blocks of that file run.
    Parametrised by (file, block index, first line); command lines by (file, line number).
+3. What a python block says it prints is what it prints: a comment on a ``print(...)`` line that starts like
+   output (a number, ``[``, ``(``, a quote, True/False/None), up to its first ": " (or the quoted text), and the
+   full-line comments right after a line with ``print(`` (the output of a loop: ``# adam 0.0222521338 240 True``)
+   give the numbers and booleans that must appear, in that order, in the block's stdout; a number shown with k
+   decimals matches within 2 units of its last digit (the docs promise the digits "up to the last one or two"),
+   an integer exactly. ``# exact d -> inf test errors`` (prose) claims nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+import io
 import os
 import re
 import shlex
 import sys
 import time
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -618,6 +626,109 @@ def one_thread():
             torch.set_num_threads(old_threads)
 
 
+# ------------------------------------------------------------------------------------- printed output claims
+VALUE = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|True|False|None)(?![\w.])")
+OUTPUT_START = re.compile(r"""^\s*(-?\.?\d|\[|\(|"|'|True\b|False\b|None\b)""")
+
+
+def printed_claims(text: str) -> list[tuple[int, str]]:
+    """(line, claim) of the block's comments that say what it prints (see the module docstring, 3.)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return []
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+    code_lines = {t.start[0] for t in tokens if t.type not in skip}
+    comment_lines = {t.start[0] for t in tokens if t.type == tokenize.COMMENT}
+    print_lines: set[int] = set()  # every line of a logical line that calls print
+    start, has_print = None, False
+    for t in tokens:
+        if t.type in skip[:2] or t.type in skip[3:]:
+            continue
+        start = t.start[0] if start is None else start
+        has_print |= t.type == tokenize.NAME and t.string == "print"
+        if t.type == tokenize.NEWLINE:
+            if has_print:
+                print_lines.update(range(start, t.start[0] + 1))
+            start, has_print = None, False
+    claims = []
+    for t in tokens:
+        if t.type != tokenize.COMMENT:
+            continue
+        line, body = t.start[0], t.string.lstrip("#").strip()
+        if line in code_lines:  # a trailing comment: a claim only on a print line and when it starts like output
+            if line not in print_lines or not OUTPUT_START.match(body):
+                continue
+            quoted = re.match(r"""^(["'])(.*?)\1""", body)
+            claim = quoted.group(2) if quoted else body.split(": ")[0]
+        else:  # a full-line comment right after a print (and the comments between): "# adam 0.0222 240 True"
+            above = line - 1
+            while above in comment_lines and above not in code_lines:
+                above -= 1
+            words = body.split()
+            if above not in print_lines or not any(VALUE.fullmatch(w.strip(",;")) for w in words[:2]):
+                continue
+            claim = body
+        if VALUE.search(claim):
+            claims.append((line, claim))
+    return claims
+
+
+def _matches(shown: str, value: str) -> bool:
+    if shown in ("True", "False", "None") or value in ("True", "False", "None"):
+        return shown == value
+    try:
+        v = float(value)
+    except ValueError:
+        return False
+    mantissa = shown.lower().split("e")[0]
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    unit = 10.0 ** (-decimals) * (10.0 ** int(shown.lower().split("e")[1]) if "e" in shown.lower() else 1.0)
+    if "." not in mantissa and "e" not in shown.lower():
+        return v == float(shown)  # an integer (a count, a number of steps): exactly
+    return abs(v - float(shown)) <= 2 * unit * (1 + 1e-9)
+
+
+def check_printed(text: str, stdout: str, where: str = "", first_line: int = 0) -> list[str]:
+    """The claims of :func:`printed_claims` that ``stdout`` does not bear out (an empty list: all hold); a claim's
+    line is reported as ``first_line`` + its line in ``text`` (the fence's line: the line in the document)."""
+    texts = stdout.splitlines()
+    lines = [VALUE.findall(t) for t in texts]
+    problems, pos = [], 0
+    for line, claim in printed_claims(text):  # each claim is one printed line, the claims in the order printed
+        shown = VALUE.findall(claim)
+        first = claim.split()[0].strip("[(,;:")
+        label = None if VALUE.fullmatch(first) or not first else first  # "adam" in "adam 0.0222 240 True"
+        k = next((i for i in range(pos, len(lines)) if _subsequence(shown, lines[i])
+                  and (label is None or label in texts[i].split())), None)
+        if k is None:
+            problems.append(f"{where}line {first_line + line} says it prints {claim!r}; it printed:\n"
+                            f"{stdout.strip()[-1500:]}")
+            continue
+        pos = k + 1
+    return problems
+
+
+def _subsequence(shown: list[str], values: list[str]) -> bool:
+    i = 0
+    for v in values:
+        if i < len(shown) and _matches(shown[i], v):
+            i += 1
+    return i == len(shown)
+
+
+class _Tee(io.StringIO):
+    """Captures what is printed and passes it on (pytest still shows it with -s)."""
+
+    def __init__(self, other):
+        super().__init__()
+        self.other = other
+
+    def write(self, text):
+        self.other.write(text)
+        return super().write(text)
+
+
 def run_chain(pb: PyBlock, blocks: list[PyBlock], cwd: Path, chdir, left: dict) -> dict:
     """Run `pb` (after the blocks it continues) and return its namespace. `left` maps (path, index) to the
     namespace (a copy) and cwd a block left when it ran: a continuation resumes from there instead of re-running
@@ -639,8 +750,12 @@ def run_chain(pb: PyBlock, blocks: list[PyBlock], cwd: Path, chdir, left: dict) 
     with one_thread():
         for b in todo[start:]:
             t0 = time.perf_counter()
-            exec(compile("\n" * b.block.line + b.block.text, rel(b.path), "exec"), namespace)  # doc line numbers
+            out = _Tee(sys.stdout)
+            with contextlib.redirect_stdout(out):
+                exec(compile("\n" * b.block.line + b.block.text, rel(b.path), "exec"), namespace)  # doc line numbers
             print(f"{b.id}: {time.perf_counter() - t0:.1f} s")
+            problems = check_printed(b.block.text, out.getvalue(), f"{rel(b.path)}: ", b.block.line)
+            assert not problems, "\n".join(problems)
             left[(b.path, b.index)] = (dict(namespace), cwd)
     return namespace
 
@@ -683,3 +798,33 @@ def test_block_markers_and_chains(tmp_path, monkeypatch):
     assert ns["z"] == "hello\n1" and "y" not in ns and Path.cwd() == tmp_path / "a"
     with pytest.raises(ModuleNotFoundError):
         run_chain(blocks[3], blocks, tmp_path / "b", monkeypatch.chdir, {})
+
+
+def test_printed_claims_are_checked():
+    """The comments that say what a block prints are found (on print lines, after a print loop; not prose, not a
+    non-print line), and a claim that the output does not bear out is reported with its line."""
+    text = (
+        'for s in ("adam", "prox"):\n'
+        '    print(s, f"{1 / 3:.4f}", 240, True)\n'
+        '# adam 0.3333 240 True\n'
+        '# prox 0.3334 240 True\n'
+        'x = 2  # 3 things, not a print\n'
+        'print(x)    # exact d -> inf test errors\n'
+        'print(round(0.15348, 4))   # 0.1535: where the train error leaves zero\n'
+        'print(\n    "4 cells:", 0)   # "4 cells: 0 skipped"\n'
+        'print([0.2963, 0.1742])\n'
+        '# now the figure, 2 panels\n'
+    )
+    assert printed_claims(text) == [(3, "adam 0.3333 240 True"), (4, "prox 0.3334 240 True"), (7, "0.1535"),
+                                    (9, "4 cells: 0 skipped")]
+    out = "adam 0.3333 240 True\nprox 0.3333 240 True\n2\n0.1535\n4 cells: 0\n[0.2963, 0.1742]\n"
+    assert check_printed(text, out) == []  # 0.3334 is within 2 units of the last digit of 0.3333
+    wrong = {"0.1535": out.replace("0.1535", "0.1538"),
+             "adam 0.3333 240 True": out.replace("240 True\np", "241 True\np"),
+             "prox 0.3334 240 True": out.replace("prox 0.3333 240 True", "prox 0.3333 240 False"),
+             "4 cells: 0 skipped": out.replace("4 cells: 0", "0 cells: 4")}
+    for claim, printed in wrong.items():
+        problems = check_printed(text, printed, "page.md: ", 10)
+        assert len(problems) == 1 and f"says it prints {claim!r}" in problems[0], (claim, problems)
+    assert "page.md: line 17 says" in check_printed(text, out.replace("0.1535", "0.2"), "page.md: ", 10)[0]
+    assert check_printed(text, "adam 0.3333 240 True\n0.1535\nprox 0.3333 240 True\n4 cells: 0\n")  # order counts
