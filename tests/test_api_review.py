@@ -191,3 +191,22 @@ def test_theory_option_hints():
     assert "channel_options={'order'" in raises_parameter_error("order", check_options, {"order": 24}).message
     assert "'accuracy'" in raises_parameter_error("acuracy", check_options, {"acuracy": 1e-4}).message
     check_options({"tol": 1e-8, "accuracy": None, "channel_options": {"order": 24}})  # the real ones pass
+
+
+# ------------------------------------------------------------------------------------------------ __init__.py
+def test_subpackages_from_the_top_level():
+    """`import tiedattention as ta; ta.theory.StateEvolution` was an AttributeError unless ta.theory had been
+    imported; now the subpackages load on first use, and importing the package still loads neither torch nor the
+    theory."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tiedattention as ta\n"
+            "assert 'torch' not in sys.modules and 'tiedattention.theory' not in sys.modules\n"
+            "assert {'theory', 'simulation', 'sweep', 'Problem'} <= set(dir(ta))\n"
+            "se = ta.theory.StateEvolution(ta.Problem.from_options())\n"
+            "assert 'torch' not in sys.modules\n"
+            "try:\n    ta.no_such_thing\nexcept AttributeError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "has no attribute 'no_such_thing'" in out.stdout
