@@ -47,6 +47,9 @@ def test_unknown_problem_option_is_named():
         assert "unknown problem option" in err.message and "lam" in err.message.split("unknown problem option")[1]
     err = raises_parameter_error("kappa0", Problem.from_options, kappa0=0.3)  # kappa0 lives in the target spec
     assert "mp:" in err.message
+    for name in ("alpha", "d", "seeds"):  # not "did you mean 'kappa'?" (difflib's closest to alpha)
+        err = raises_parameter_error(name, Problem.from_options, **{name: 1})
+        assert "not part of the problem" in err.message and "did you mean" not in err.message
 
 
 def test_replace_student_validates_and_refuses_task_options():

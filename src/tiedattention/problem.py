@@ -61,7 +61,11 @@ def _unknown_option(name: str, known: list[str]) -> ParameterError:
     import difflib
 
     hint = ""
-    if name in ("kappa0", "kappa_0", "rank"):
+    if name in ("alpha", "alphas", "d", "n", "p", "seeds", "seed", "solver"):
+        hint = (f"; {name} is not part of the problem but an argument of what solves or trains it "
+                "(StateEvolution(problem).solve(alpha), theory_records(problem, alphas, d), "
+                "simulate_record(problem, alpha, d, seeds, solver))")
+    elif name in ("kappa0", "kappa_0", "rank"):
         hint = "; the target's rank fraction kappa0 is part of the target: target='mp:0.3'"
     elif name in ("T", "delta", "Delta", "noise_var", "weight_decay", "lambda_", "lmbda", "l2"):
         meant = {"T": "tokens", "delta": "noise", "Delta": "noise", "noise_var": "noise"}.get(name, "lam")
