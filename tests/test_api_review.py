@@ -213,3 +213,21 @@ def test_subpackages_from_the_top_level():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "has no attribute 'no_such_thing'" in out.stdout
+
+
+# ------------------------------------------------------------------------------------------ side by side (README)
+def test_theory_and_simulation_records_share_their_keys():
+    """README: a theory record has the simulation record's keys without ``_mean``, in the same normalisation
+    (errors per sequence; the objective F = alpha train + penalty per d^2)."""
+    pytest.importorskip("torch")
+    from tiedattention.simulation import simulate_record
+    from tiedattention.theory import theory_record
+
+    P = Problem.from_options(lam=0.01)
+    th = theory_record(P, 2.0)
+    sim = simulate_record(P, alpha=2.0, d=12, seeds=2, solver="prox", n_test=400)
+    for key in ("test_error", "test_error_clean", "train_error", "objective", "mse", "rank"):
+        assert key in th and f"{key}_mean" in sim and f"{key}_sem" in sim, key
+    assert (th["alpha"], th["alpha_bar"]) == (sim["alpha"], sim["alpha_bar"])
+    assert sim["objective_mean"] == pytest.approx(2.0 * sim["train_error_mean"] + sim["penalty_mean"], rel=1e-9)
+    assert sim["test_error_mean"] == pytest.approx(th["test_error"], abs=0.03)  # O(1/d) apart at d = 12
