@@ -231,3 +231,13 @@ def test_theory_and_simulation_records_share_their_keys():
     assert (th["alpha"], th["alpha_bar"]) == (sim["alpha"], sim["alpha_bar"])
     assert sim["objective_mean"] == pytest.approx(2.0 * sim["train_error_mean"] + sim["penalty_mean"], rel=1e-9)
     assert sim["test_error_mean"] == pytest.approx(th["test_error"], abs=0.03)  # O(1/d) apart at d = 12
+
+
+def test_sweep_spec_with_a_non_numeric_tokens():
+    """A sweep grid with tokens = ["abc"] crashed `tiedattention sweep` with float()'s traceback (Task's check); it
+    is the one-line ParameterError of the other bad values."""
+    from tiedattention.sweep.spec import parse_spec
+
+    spec = '[grid]\nalpha = [0.5]\ntokens = ["abc"]\n[run]\nroute = "theory"\n'
+    err = raises_parameter_error("tokens", parse_spec, spec)
+    assert "integer >= 2" in err.message
