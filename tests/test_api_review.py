@@ -102,6 +102,7 @@ def no_sampling(monkeypatch):
     ("alpha", {"alpha": -1.0}),
     ("problem", {"problem": None}),       # was an AttributeError deep inside
     ("problem", {"problem": "mp:0.5"}),
+    ("seed", {"seed": 3}),                # was "got multiple values for keyword argument 'seed'": seed0 is meant
 ])
 def test_simulate_record_bad_arguments(no_sampling, param, kwargs):
     args = {"problem": Problem.from_options(), "alpha": 0.5, "d": 10, "seeds": 1, "solver": "prox", **kwargs}

@@ -87,6 +87,8 @@ def _validate_trainer_options(solver: str, options: dict[str, Any]) -> None:
     if known is None:
         return
     for name in sorted(options):
+        if name in ("seed", "seeds_from", "first_seed"):
+            raise ParameterError(name, "the seeds are seed0 .. seed0+seeds-1: pass seed0=")
         if name not in known and name not in _TRAIN_OPTIONS:
             raise ParameterError(name, f"is not an option of solver {solver!r} (its options: "
                                  f"{', '.join(known + _TRAIN_OPTIONS)})")
