@@ -3,6 +3,8 @@ the drawn figures keep their legends off the data. Fast: the figures are drawn f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -28,3 +30,67 @@ def test_fig6_every_simulated_alpha_bar_has_a_theory_point(quick):
                 assert np.isclose(theory, a, rtol=1e-9).any(), (T, a, theory)
         # and the simulated alphas are the alpha_bar grid of the figure
         np.testing.assert_allclose(sims, sorted(alpha_from_bar(ab, T) for ab in p["sim_abars"]), rtol=1e-9)
+
+
+# --------------------------------------------------------------------------------------------------
+# drawn from the gallery's own data (docs/gallery/<fig>.parquet, written by `reproduce <fig> --quick`)
+# --------------------------------------------------------------------------------------------------
+GALLERY = Path(__file__).resolve().parents[1] / "docs" / "gallery"
+DRAWN = sorted(p.stem for p in GALLERY.glob("fig*.parquet"))
+
+
+def _data_vertices(ax):
+    """(line, display coordinates) of every data-space line of ``ax`` drawn in the foreground: curves, markers
+    and error bars; thin context lines (alpha < 0.5, e.g. fig3's fixed-lambda curves) and guides in axes
+    coordinates (axvline) are left out."""
+    out = []
+    for ln in ax.get_lines():
+        if ln.get_transform() != ax.transData or (ln.get_alpha() is not None and ln.get_alpha() < 0.5):
+            continue
+        xy = np.asarray(ln.get_xydata(), float)
+        xy = xy[np.isfinite(xy).all(axis=1)] if xy.size else xy
+        if len(xy):
+            pts = ax.transData.transform(xy)
+            out.append((ln, pts[np.isfinite(pts).all(axis=1)]))
+    return out
+
+
+def test_the_gallery_has_the_data_of_every_figure():
+    import pandas as pd
+
+    from tiedattention import reproduce as rp
+
+    assert DRAWN == sorted(rp.FIGURES)  # each figure's plotted data sits next to its PNG
+    for name in DRAWN:
+        assert (GALLERY / f"{name}.png").exists(), name
+        data = pd.read_parquet(GALLERY / f"{name}.parquet")
+        assert bool(data["quick"].all()) and set(data["figure"]) == {name}
+        assert {"theory", "simulation"} <= set(data["kind"]), name
+
+
+@pytest.mark.parametrize("name", DRAWN)
+def test_no_legend_covers_the_data(name):
+    """Redraw each figure from its gallery data: no legend box may hide a point of a curve, a marker or an error
+    bar (fig8 (a)'s legend in the lower left covered the clean-label curve, fig10 (b)'s covered E_over's curve)."""
+    import pandas as pd
+
+    from tiedattention.reproduce import figure_module
+
+    plt = common.pyplot()
+    fig = figure_module(name).draw(pd.read_parquet(GALLERY / f"{name}.parquet"), True)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        covered = []
+        for i, ax in enumerate(fig.axes):
+            legend = ax.get_legend()
+            if legend is None:
+                continue
+            box = legend.get_window_extent(renderer)
+            for ln, pts in _data_vertices(ax):
+                inside = ((pts[:, 0] > box.x0) & (pts[:, 0] < box.x1) & (pts[:, 1] > box.y0) & (pts[:, 1] < box.y1))
+                if inside.any():
+                    covered.append(f"axes {i}: {int(inside.sum())} points of {ln.get_label()!r}")
+        assert not covered, covered
+    finally:
+        plt.close(fig)

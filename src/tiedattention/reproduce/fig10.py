@@ -102,12 +102,12 @@ def draw(data: pd.DataFrame, quick: bool):
         ax.set_xscale("log")
         ax.set_yscale("log")
         vals = data[(data["panel"] == panel) & (data["y"] > 0)]["y"]
-        if len(vals):
-            ax.set_ylim(max(vals.min() * 0.5, vals.max() * 3e-3), vals.max() * 2)
+        if len(vals):  # headroom above the curves for the legend (in the lower left it covered E_over's curve)
+            ax.set_ylim(max(vals.min() * 0.5, vals.max() * 3e-3), vals.max() * 40)
         ax.set_xlabel("sample complexity α = n/d²")
         ax.set_ylabel(ylabel)
         ax.set_title(title, loc="left")
-        ax.legend(fontsize=6.5, loc="lower left")
+        ax.legend(fontsize=6.5, loc="upper right", ncol=2)
     fig.suptitle(f"Error decomposition: power-law target θ_i ∝ i^(-1.25), d = {p7['d']}, Δ = 0.5, λ = {p7['lam']:g}, "
                  "T = 2, factorised student (fig7's simulations)", fontsize=10, x=0.01, ha="left")
     common.caption(fig, f"points: finite-d estimators from the trained Ŝ ({common.SOLVER_NAMES['prox']}), d = "

@@ -81,11 +81,15 @@ def draw(data: pd.DataFrame, quick: bool):
         common.plot_sim(ax, data, "error", key, label=f"simulation, {lab}", color=c)
     _marks(ax, data, label=True)
     ax.set_xscale("log")
-    ax.set_ylim(bottom=0)
+    err = data[data["panel"] == "error"]
+    top = float((err["y"] + err["y_err"].fillna(0.0)).max()) if len(err) else math.nan
+    # headroom above the curves for the legend (in the lower left it covered the clean-label curve), below the
+    # strip at the top where the detachments are numbered
+    ax.set_ylim(0, 1.55 * top if math.isfinite(top) and top > 0 else None)
     ax.set_xlabel("sample complexity α = n/d²")
     ax.set_ylabel("test error  E‖y − ŷ‖²_F  (per sequence, T² entries)")
     ax.set_title("(a) learning curve with the modes' detachments", loc="left")
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="upper right", bbox_to_anchor=(1.0, 0.93))
     ax = axes[1]
     common.plot_theory(ax, data, "excess", "excess", label="SE: e_test − e_0(SE)", color="C0")
     common.plot_sim(ax, data, "excess", "excess", label="simulation: e_test − min_c e(c S0), paired", color="C3")
