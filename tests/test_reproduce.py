@@ -63,6 +63,11 @@ def test_tiny_fig1_writes_png_pdf_parquet_and_resumes(tiny_fig1, tmp_path):
     assert {"error", "rank", "spectrum:0.5"} <= set(data["panel"])
     sim = data[(data["panel"] == "error") & (data["kind"] == "simulation")]
     assert len(sim) == 2 and np.all(np.isfinite(sim["y"])) and np.all(sim["d"] == 8)
+    # every simulation row says at which d, over how many seeds, and whether they converged (the inset's atom too)
+    every = data[data["kind"] == "simulation"]
+    assert (every["d"] == 8).all() and (every["seeds"] == 1).all(), every[every["d"].isna()]
+    atoms = every[every["series"] == "atom"]
+    assert len(atoms) == 1 and atoms["converged_fraction"].between(0, 1).all()
     th = data[(data["panel"] == "error") & (data["kind"] == "theory") & (data["series"] == "test_error")]
     assert sorted(th["x"]) == [0.5, 1.0]
     assert not [p for p in out.iterdir() if p.name.startswith(".tmp")]
@@ -180,6 +185,9 @@ def test_tiny_fig7_fig8_fig10_share_cells_and_count_detached_outliers(tiny_power
     assert r10.computed == 1  # only the decomposition curve is new
     d7 = pd.read_parquet(out / "fig7.parquet")
     assert {"eigenvalues", "overlap", "kstar"} <= set(d7["panel"])
+    for data in (d7, pd.read_parquet(out / "fig10.parquet")):  # the share of seeds that converged, on every point
+        sims = data[data["kind"] == "simulation"]
+        assert len(sims) and sims["converged_fraction"].between(0, 1).all()
     sim = d7[(d7["panel"] == "kstar") & (d7["kind"] == "simulation")]
     assert len(sim) == 1 and sim["d"].iloc[0] == 16
     # the count is the number of eigenvalues above the SE bulk edge + margin, between 0 and d

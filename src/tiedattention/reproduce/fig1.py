@@ -111,7 +111,9 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
                                             "seeds": int(row["seeds"])}))
                 frames.append(pd.DataFrame({"panel": [panel], "kind": "simulation", "series": "atom", "x": [0.0],
                                             "y": [1.0 - float(row["rank_mean"])],
-                                            "y_err": [float(row["rank_sem"])], "alpha": a}))
+                                            "y_err": [float(row["rank_sem"])], "alpha": a, "d": int(row["d"]),
+                                            "seeds": int(row["seeds"]),
+                                            "converged_fraction": float(row["converged"])}))
     return common.concat(frames)
 
 

@@ -66,18 +66,19 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
         decs = [s["decomposition"] for s in seeds if "decomposition" in s]
         if not decs:
             continue
-        x = float(summary["alpha"])
+        x, conv = float(summary["alpha"]), float(summary["converged"])  # the share of seeds that converged
         for panel, prefix in (("error", "E_"), ("mse", "mse_")):
             for k in PARTS:
                 v = np.array([dd.get(f"{prefix}{k}", np.nan) for dd in decs], float)
                 err = float(v.std(ddof=1) / np.sqrt(v.size)) if v.size > 1 else 0.0
                 frames.append(pd.DataFrame({"panel": [panel], "kind": "simulation", "series": [k], "x": [x],
                                             "y": [float(v.mean())], "y_err": [err], "d": int(p7["d"]),
-                                            "seeds": len(decs), "k_detached": [float(np.mean(
+                                            "seeds": len(decs), "converged_fraction": conv,
+                                            "k_detached": [float(np.mean(
                                                 [dd.get("k_star", np.nan) for dd in decs]))]}))
         frames.append(pd.DataFrame({"panel": ["mse"], "kind": "simulation", "series": ["mse"], "x": [x],
                                     "y": [float(summary["mse_mean"])], "y_err": [float(summary["mse_sem"])],
-                                    "d": int(p7["d"]), "seeds": len(seeds)}))
+                                    "d": int(p7["d"]), "seeds": len(seeds), "converged_fraction": conv}))
     return common.concat(frames)
 
 

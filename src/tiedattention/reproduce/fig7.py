@@ -101,7 +101,8 @@ def detached_counts(se: list[dict], sims: list[tuple[dict, list[dict]]], d: int)
             continue
         counts = [pl.count_detached(s["eigenvalues"], r["bulk_top"], r["margin"]) for s in seeds]
         out.append({"alpha": a, "k_star": r["k_star"], "k_star_spike": r["k_star_spike"], "counts": counts,
-                    "bulk_top": r["bulk_top"], "margin": r["margin"], "d": d})
+                    "bulk_top": r["bulk_top"], "margin": r["margin"], "d": d,
+                    "converged": float(summary["converged"])})
     return out
 
 
@@ -131,15 +132,16 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
     th("kstar", "k* (finite-d SE)", a, [r["k_star"] for r in ok])
     th("kstar", "k* (spike criterion)", a, [r["k_star_spike"] for r in ok])
     for summary, seeds in sims:
-        x = float(summary["alpha"])
+        x, conv = float(summary["alpha"]), float(summary["converged"])  # the share of seeds that converged
         for i in range(1, N_MODES + 1):
             m, e = _mean_sem([s["eigenvalues"][i - 1] for s in seeds])
-            sm("eigenvalues", f"mode {i}", [x], [m], [e], mode=i)
+            sm("eigenvalues", f"mode {i}", [x], [m], [e], mode=i, converged_fraction=conv)
             m, e = _mean_sem([s["overlaps"][i - 1] for s in seeds])
-            sm("overlap", f"mode {i}", [x], [m], [e], mode=i)
+            sm("overlap", f"mode {i}", [x], [m], [e], mode=i, converged_fraction=conv)
     for c in detached_counts(se, sims, d):
         m, e = _mean_sem(c["counts"])
-        sm("kstar", "detached eigenvalues", [c["alpha"]], [m], [e], k_star_se=c["k_star"])
+        sm("kstar", "detached eigenvalues", [c["alpha"]], [m], [e], k_star_se=c["k_star"],
+           converged_fraction=c["converged"])
     return common.concat(frames)
 
 
