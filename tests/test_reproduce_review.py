@@ -66,6 +66,10 @@ def test_the_gallery_has_the_data_of_every_figure():
         data = pd.read_parquet(GALLERY / f"{name}.parquet")
         assert bool(data["quick"].all()) and set(data["figure"]) == {name}
         assert {"theory", "simulation"} <= set(data["kind"]), name
+        sims = data[(data["kind"] == "simulation") & (data["series"] != "eigenvalues")]  # fig1's raw eigenvalues
+        assert len(sims) and sims["y"].notna().all() and (sims["y_err"] >= 0).all(), name
+        assert (sims["d"] >= 8).all() and (sims["seeds"] >= 1).all(), name  # at which d, over how many seeds
+        assert sims["converged_fraction"].between(0, 1).all(), name
 
 
 @pytest.mark.parametrize("name", DRAWN)
