@@ -249,6 +249,9 @@ class GAMPResult:
         return out
 
 
+_C_STALL = 1.5  # the input weight a stalled kappa >= 1 run is raised to before its damping is lowered
+
+
 def _number(name: str, value: Any) -> float:
     """``value`` as a float (a number or a numpy scalar; not a bool or a string), else a ParameterError."""
     if isinstance(value, (bool, str)) or value is None:
@@ -312,9 +315,13 @@ def gamp(
         sigma_hat mixed with the same weights (the next Onsager term is V g_bar, the derivative of S_{t+1} with
         respect to every past g); S = f(Y_bar)/sigma_bar and V are not damped. Its state evolution is the SE
         with damped conjugates (:func:`se_trajectory` with ``damp="effective"``).
-    patience, min_damping : adaptive damping: when the residual has not reached a new minimum for ``patience``
-        iterations, eta is halved (not below ``min_damping``); with a rank cut the input weight is raised
-        first (x 1.5, up to ``max_input_weight``). ``patience=0`` keeps eta and the input weight fixed.
+    patience, min_damping : adaptive step control: when the residual has not reached a new minimum for
+        ``patience`` iterations, the factorised student's input weight is raised first (x 1.5; up to
+        ``max_input_weight`` with a rank cut, to 1.5 without one), then eta is halved (not below
+        ``min_damping``), then (factorised) the input weight is raised further, up to ``max_input_weight``.
+        The direct model only halves eta. ``patience=0`` keeps eta and the input weight fixed. (At small d an
+        eigenvalue of Y near the threshold 2 lam can switch on and off in a limit cycle of f' and V that no
+        damping ends; c > 1 moves it away from the threshold: docs/theory/gamp.md.)
     input_weight : c >= 1: the input step uses c * sigma_hat (a proximal step tau = 2/(d c sigma_hat), c times
         shorter than GAMP's; the fixed points are the same stationary points). Default 1 without a rank cut
         and 1.5 with one (kappa < 1): at c = 1 the narrow student's fixed point is linearly unstable for every
@@ -457,12 +464,19 @@ def gamp(
         if resid < best:
             best, it_best = resid, it
         elif patience and it - it_best >= patience:
-            if rank is not None and c_in < max_input_weight:
-                c_in, it_best = min(1.5 * c_in, max_input_weight), it
+            # the input weight first (up to max_input_weight with a rank cut, to 1.5 without: an eigenvalue of Y
+            # near the threshold 2 lam switches f' and V on and off, a limit cycle that c > 1 moves it out of),
+            # then the damping; the direct model's denoiser is linear (no threshold): damping only
+            c_first = max_input_weight if rank is not None else min(_C_STALL, max_input_weight)
+            if not direct and c_in < c_first:
+                c_in, it_best = min(1.5 * c_in, c_first), it
                 damping_changes.append((it, f"input weight {c_in:g}"))
             elif eta > min_damping:
                 eta, it_best = max(0.5 * eta, min_damping), it
                 damping_changes.append((it, f"damping {eta:g}"))
+            elif not direct and c_in < max_input_weight:
+                c_in, it_best = min(1.5 * c_in, max_input_weight), it
+                damping_changes.append((it, f"input weight {c_in:g}"))
     q_t, m_t = order(S)
     history.append(GAMPIterate(len(history), q_t, m_t, V, float("nan"), float("nan"), float("nan")))
     if damping_changes:
