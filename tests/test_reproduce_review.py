@@ -98,3 +98,27 @@ def test_no_legend_covers_the_data(name):
         assert not covered, covered
     finally:
         plt.close(fig)
+
+
+def test_the_resume_hint_repeats_workers_and_scheduler(monkeypatch, tmp_path):
+    """An interrupted `reproduce` prints the command to run again; it must be the same command: a run on a dask
+    cluster resumed with the printed line ran on the local machine (--scheduler was dropped), --workers too."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    from tiedattention import reproduce as rp
+    from tiedattention.cli import app
+    from tiedattention.sweep import SweepInterrupted
+
+    def interrupted(*args, **kwargs):
+        raise SweepInterrupted(SimpleNamespace(skipped=1, computed=2, total=9, store=SimpleNamespace(root="S")))
+
+    monkeypatch.setattr(rp, "reproduce", interrupted)
+    out = tmp_path / "my figs"
+    for extra, expect in ((["--workers", "3"], "--workers 3"),
+                          (["--scheduler", "tcp://head:8786"], "--scheduler tcp://head:8786")):
+        res = CliRunner().invoke(app, ["reproduce", "fig8", "--quick", "--out", str(out), *extra])
+        lines = res.stderr.strip().splitlines()
+        assert res.exit_code == 130 and len(lines) == 1, res.output
+        assert "3 of 9 cells" in lines[0] and f"--out '{out}'" in lines[0] and lines[0].endswith(expect + ")")

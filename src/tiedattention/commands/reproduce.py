@@ -52,6 +52,10 @@ def register(app: typer.Typer) -> None:
                 raise ParameterError("workers", "sets the local processes; with --scheduler the cluster's workers run "
                                                 "the cells (drop --workers)")
             again = f"tiedattention reproduce {name} --out {shlex.quote(str(out))}" + (" --quick" if quick else "")
+            if workers is not None:  # the same command: where and on how many workers the cells run
+                again += f" --workers {workers}"
+            if scheduler is not None:
+                again += f" --scheduler {shlex.quote(scheduler)}"
             failed = []
             with resumable("reproduce", again=again):
                 for n in names:
