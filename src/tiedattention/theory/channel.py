@@ -31,6 +31,7 @@ import numpy as np
 from scipy.special import expit, ndtri
 
 from ..errors import ConvergenceWarning, ParameterError
+from ..problem import validate_integer
 
 __all__ = [
     "ChannelParams",
@@ -876,6 +877,25 @@ class SoftmaxChannel:
         max_iter: int = 100,
         symmetric: bool = True,
     ):
+        # the rule's options are checked before anything is built (order='x' was int()'s ValueError)
+        try:
+            order = validate_integer("order", order, 2)
+        except ParameterError:
+            raise ParameterError("order", f"must be an integer between 2 and {MAX_GH_ORDER} (got {order!r:.60}; the "
+                                 "Gauss-Hermite rule has order^dim nodes)") from None
+        qmc_log2 = validate_integer("qmc_log2", qmc_log2, 1)
+        replicas = validate_integer("replicas", replicas, 1)
+        order_low = None if order_low is None else validate_integer("order_low", order_low, 2)
+        seed = validate_integer("seed", seed, 0)
+        gh_max_dim = validate_integer("gh_max_dim", gh_max_dim, 0)
+        max_iter = validate_integer("max_iter", max_iter, 1)
+        for name, value in (("prune", prune), ("tol", tol)):
+            try:
+                ok = not isinstance(value, (bool, str)) and math.isfinite(float(value)) and float(value) >= 0
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ParameterError(name, f"must be a number >= 0 (got {value!r:.60})")
         self.params = params
         T = params.tokens
         self.n = params.n_logits - 1  # reduced dimension
@@ -1161,3 +1181,19 @@ class SoftmaxChannel:
     def uniform_error(self, clean: bool = False) -> float:
         """Test error of the uniform-attention predictor 1/T (equals test_error(0, 0))."""
         return self.test_error(0.0, 0.0, clean=clean)[0]
+
+
+def check_channel_options(options: dict, name: str = "channel_options") -> None:
+    """The keys of a ``channel_options`` dict are :class:`SoftmaxChannel` keywords; any other is a ParameterError
+    naming the dict and the key (it was Python's TypeError from the channel's constructor). The values are checked
+    by the constructor."""
+    import difflib
+    import inspect
+
+    known = [n for n in inspect.signature(SoftmaxChannel.__init__).parameters if n not in ("self", "params")]
+    for key in sorted(options, key=str):
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ParameterError(name, f"unknown channel option {key!r} (the channel's options: {', '.join(known)})"
+                                 f"{hint}")

@@ -29,9 +29,11 @@ derived in docs/theory/state_evolution.md) are solved directly:
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 import warnings
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -39,8 +41,8 @@ import numpy as np
 from scipy import optimize
 
 from ..errors import ConvergenceWarning, ParameterError
-from ..problem import Problem, alpha_bar, validate_alpha
-from .channel import MAX_GH_ORDER, ChannelParams, SoftmaxChannel
+from ..problem import Problem, alpha_bar, validate_alpha, validate_integer, validate_problem
+from .channel import MAX_GH_ORDER, ChannelParams, SoftmaxChannel, check_channel_options
 from .denoisers import matrix_update
 from .spectral import FreeConvolution
 
@@ -58,9 +60,85 @@ ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve w
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
 
+def _number(name: str, value: Any, lower: float, *, closed: bool = False, upper: float | None = None,
+            none: bool = False) -> float | None:
+    """A solver option that is a finite number > ``lower`` (>= with ``closed``; <= ``upper``; None allowed with
+    ``none``), as a float; anything else a ParameterError naming it."""
+    if value is None and none:
+        return None
+    try:
+        v = float(value) if not isinstance(value, (bool, str, bytes)) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        v = math.nan
+    ok = math.isfinite(v) and (v >= lower if closed else v > lower) and (upper is None or v <= upper)
+    if not ok:
+        bound = f"in ({lower:g}, {upper:g}]" if upper is not None else f"{'>=' if closed else '>'} {lower:g}"
+        raise ParameterError(name, f"must be a number {bound}{' (or None)' if none else ''} (got {value!r:.60})")
+    return v
+
+
+def unknown_option(name: str) -> ParameterError:
+    """A keyword the state evolution does not take: name it, list those it takes, and say which was meant."""
+    import difflib
+
+    known = [n for n in inspect.signature(StateEvolution.__init__).parameters if n not in ("self", "problem", "d")]
+    if name in ("order", "gh_order", "quadrature_order"):
+        hint = "; the Gauss-Hermite order (the CLI's --order) is channel_options={'order': N}"
+    else:
+        close = difflib.get_close_matches(name, known, n=1) or [k for k in known if name.startswith(k)]
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ParameterError(name, f"is not an option of the state evolution (its options: {', '.join(known)}){hint}")
+
+
+def _check_init(init: Any) -> None:
+    """A warm start is None, an SEResult or the overlaps (q, m, Sigma): three numbers, q >= 0, Sigma >= 0 (a point's
+    own x, e.g. an interpolating point's Sigma = inf, is accepted: the phases that do not iterate ignore it)."""
+    if init is None or isinstance(init, SEResult):
+        return
+    try:
+        x = np.asarray(init, dtype=float) if not isinstance(init, (str, bytes)) else np.array([])
+    except (TypeError, ValueError):
+        x = np.array([])
+    if not (x.shape == (3,) and not np.any(np.isnan(x)) and x[0] >= 0 and x[2] >= 0):
+        raise ParameterError("init", f"must be None, an SEResult or (q, m, sigma): three numbers, q >= 0, sigma >= 0 "
+                             f"(got {init!r:.60})")
+
+
+def _alphas(alphas: Any) -> list[float]:
+    """The alphas of a learning curve: a list / array of numbers, or one number (a one-point curve)."""
+    if isinstance(alphas, (str, bytes)):
+        raise ParameterError("alpha", f"must be a number or a list of numbers (got {alphas!r:.60}); the CLI's "
+                             "'a,b,c' and 'start:stop:num' are strings of the shell, here write [a, b, c] or "
+                             "numpy.geomspace(start, stop, num)")
+    if isinstance(alphas, Iterable):
+        return [validate_alpha(a) for a in alphas]
+    return [validate_alpha(alphas)]
+
+
 @dataclass
 class SEResult:
-    """A state-evolution point. Field names follow the ``theory --json`` contract."""
+    """A state-evolution point (d -> infinity at fixed alpha = n/d^2). Field names follow the ``theory --json``
+    contract; every field is a plain float / int / bool / str (``to_dict()`` is JSON-ready). Normalisations
+    (THEORY.md, docs/user-guide/theory.md):
+
+    * ``alpha`` = n/d^2; ``alpha_bar`` = alpha (T^2 + T - 2)/2, the effective measurements per d^2 (2 alpha at T = 2).
+    * order parameters: ``q`` = (1/d) Tr S_hat^2, ``m`` = (1/d) Tr S_hat S0, ``sigma`` = Sigma (the response);
+      conjugates ``q_hat``, ``m_hat``, ``sigma_hat``. ``delta`` = sqrt(q_hat)/m_hat and ``eps`` = 2 lambda/m_hat
+      are the spectral denoiser's effective noise and threshold (S_hat = (m_hat/sigma_hat) (S0 + delta Z - eps)_+,
+      Z a GOE matrix): ``delta`` is this *effective spectral* delta, not the label noise Delta (the problem's
+      ``noise``).
+    * errors per sequence, summed over the T^2 entries of the attention matrix: ``test_error`` against fresh noisy
+      labels, ``test_error_clean`` against the clean teacher softmax, ``train_error`` at the minimiser;
+      ``objective`` = objective/d^2 = alpha train_error + lambda (1/d) Tr S_hat; ``mse`` = (1/d)||S_hat - S0||_F^2
+      = Q0 - 2m + q; ``rank`` = the fraction of non-zero eigenvalues of S_hat.
+    * the solve: ``converged``, ``iterations``, ``residual`` (max relative |F(x) - x|), ``seconds``, ``phase``
+      ("regular", "zero": S_hat = 0, "interpolating": lambda -> 0+ below the interpolation threshold, where
+      ``sigma`` is inf), ``message`` (why, where not converged), ``errors`` (quadrature error estimates of the
+      observables, same units; ``fixed_point_<obs>`` for the fixed point's own) and ``quadrature`` (the rule).
+
+    ``repr`` shows the key observables and the solve; the fields, ``to_dict()`` and ``dataclasses.asdict`` have
+    everything.
+    """
 
     alpha: float
     alpha_bar: float
@@ -89,6 +167,19 @@ class SEResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def __repr__(self) -> str:
+        # short: the dataclass repr was a screenful (every field, the errors dict, np.float64(...) wrappers)
+        def num(v: Any) -> str:
+            return f"{float(v):.6g}" if isinstance(v, (float, np.floating)) else repr(v)
+
+        keys = ("alpha", "test_error", "test_error_clean", "train_error", "mse", "q", "m", "sigma", "rank")
+        body = ", ".join(f"{k}={num(getattr(self, k))}" for k in keys)
+        solve = (f"phase={self.phase!r}, converged={bool(self.converged)}, iterations={int(self.iterations)}, "
+                 f"residual={float(self.residual):.2g}")
+        extra = f", quadrature={self.quadrature!r}" if self.quadrature else ""
+        extra += f", message={self.message[:60]!r}{'...' if len(self.message) > 60 else ''}" if self.message else ""
+        return f"SEResult({body}, {solve}{extra})"
 
     @property
     def x(self) -> np.ndarray:
@@ -188,15 +279,38 @@ class StateEvolution:
         fixed_point_errors: bool | None = None,
         accuracy: float | None = 1e-3,
         max_order: int = 54,
+        **unknown: Any,
     ):
-        # the solver's own numbers (the problem is validated by problem.py): tol = nan or -1 used to give
-        # "converged" points, accuracy = 0 raised the order to its maximum everywhere
-        for name, value, ok in (("tol", tol, tol > 0), ("max_iter", max_iter, max_iter >= 1),
-                                ("damping", damping, 0 < damping <= 1),
-                                ("accuracy", accuracy, accuracy is None or accuracy > 0)):
-            if not (ok and (value is None or math.isfinite(value))):
-                raise ParameterError(name, f"must be {'> 0' if name != 'damping' else 'in (0, 1]'}"
-                                     f"{' (or None)' if name == 'accuracy' else ''} (got {value!r})")
+        # every argument is checked before any work, each bad one a ParameterError naming it: a problem that is not
+        # a Problem was an AttributeError, tolerance= a TypeError, tol='a' a TypeError and max_iter=2.5 accepted;
+        # tol = nan or -1 used to give "converged" points, accuracy = 0 raised the order to its maximum everywhere
+        if unknown:
+            raise unknown_option(sorted(unknown)[0])
+        validate_problem(problem)
+        tol = _number("tol", tol, 0.0)
+        max_iter = validate_integer("max_iter", max_iter, 1)
+        damping = _number("damping", damping, 0.0, upper=1.0)
+        anderson = validate_integer("anderson", anderson, 0)
+        max_step = _number("max_step", max_step, 0.0)
+        stall = validate_integer("stall", stall, 1)
+        floor_factor = _number("floor_factor", floor_factor, 0.0, closed=True)
+        max_floor = _number("max_floor", max_floor, 0.0, closed=True)
+        coarse_tol = _number("coarse_tol", coarse_tol, 0.0, none=True)
+        if coarse_spectral_nodes is not None:
+            coarse_spectral_nodes = validate_integer("coarse_spectral_nodes", coarse_spectral_nodes, 1)
+        pre_tol = _number("pre_tol", pre_tol, 0.0, closed=True)
+        branch_switch = _number("branch_switch", branch_switch, 0.0, closed=True, none=True)
+        accuracy = _number("accuracy", accuracy, 0.0, none=True)
+        max_order = validate_integer("max_order", max_order, 2)
+        for name, value in (("channel_options", channel_options), ("rough_options", rough_options),
+                            ("coarse_options", coarse_options)):
+            if not (value is None or isinstance(value, dict) or (name == "coarse_options" and isinstance(value, bool))):
+                also = " or a bool" if name == "coarse_options" else ""
+                raise ParameterError(name, f"must be a dict of channel options{also} or None (got {value!r:.60})")
+            if isinstance(value, dict):
+                check_channel_options(value, name)
+        if coarse_options is True:  # (was update(True)'s TypeError): the default cheaper stages
+            coarse_options = None
         self.problem = problem
         self.measure = problem.task.target.measure(d)
         self.q0 = self.measure.q0
@@ -338,8 +452,9 @@ class StateEvolution:
         return np.array([0.5 * self.q0, 0.4 * self.q0, 1.0])
 
     def solve(self, alpha: float, init: np.ndarray | SEResult | None = None) -> SEResult:
-        """Solve the SE at one alpha (warm start from ``init`` if given)."""
+        """Solve the SE at one alpha (warm start from ``init``, an SEResult or (q, m, sigma), if given)."""
         alpha = validate_alpha(alpha)
+        _check_init(init)
         t0 = time.perf_counter()
         lam = self.problem.student.lam
         abar = alpha_bar(alpha, self.problem.task.tokens)
@@ -1009,7 +1124,10 @@ class StateEvolution:
         return cold if cold.converged and (not res.converged or cold.residual < res.residual) else res
 
     def learning_curve(self, alphas, progress=None) -> list[SEResult]:
-        """Solve along a sequence of alphas, warm-starting each point from the previous one."""
+        """Solve along a sequence of alphas (a list or array of alpha = n/d^2, or one number: a one-point curve),
+        warm-starting each point from the previous one; one :class:`SEResult` per alpha, in their order. Every
+        alpha is checked before the first point is solved."""
+        alphas = _alphas(alphas)
         out: list[SEResult] = []
         prev: SEResult | None = None
         before: SEResult | None = None  # the converged regular point before prev, for extrapolation
@@ -1028,6 +1146,13 @@ class StateEvolution:
             if progress is not None:
                 progress()
         return out
+
+
+# __init__ takes **unknown only to name a misspelt option (a ParameterError, not Python's TypeError); its signature,
+# which help() shows and theory.api.check_options lists the options from, has the options alone
+_sig = inspect.signature(StateEvolution.__init__)
+StateEvolution.__init__.__signature__ = _sig.replace(
+    parameters=[p for p in _sig.parameters.values() if p.kind is not p.VAR_KEYWORD])
 
 
 def channel_setup(problem: Problem, q0: float, channel_options: dict | None = None) -> tuple[ChannelParams, dict]:
@@ -1164,10 +1289,24 @@ def solve_interpolating_phase(measure, qz: float, abar: float) -> dict[str, Any]
 
 
 def solve(problem: Problem, alpha: float, d: int | None = None, **options) -> SEResult:
-    """One SE point (convenience)."""
+    """One SE point (convenience): ``StateEvolution(problem, d, **options).solve(alpha)``, an :class:`SEResult`.
+    Every argument is checked first; a bad one, or an option :class:`StateEvolution` does not take, is a
+    ParameterError naming it."""
+    validate_problem(problem)
+    alpha = validate_alpha(alpha)
     return StateEvolution(problem, d=d, **options).solve(alpha)
 
 
 def learning_curve(problem: Problem, alphas, d: int | None = None, **options) -> list[SEResult]:
-    """Warm-started SE along alphas (convenience)."""
+    """Warm-started SE along ``alphas`` (convenience): a list of :class:`SEResult`, one per alpha in their order.
+
+    ``alphas`` is a list or array of alpha = n/d^2 (not alpha_bar), or one number (a one-point curve); ``d`` the
+    dimension of a list-based target's spectrum (power law, spikes; None: d -> infinity); ``options`` go to
+    :class:`StateEvolution` (``tol``, ``accuracy``, ``channel_options``, ...). Each result's ``test_error`` and
+    ``train_error`` are per sequence summed over the T^2 attention entries, ``mse`` is (1/d)||S_hat - S0||_F^2, and
+    ``delta`` is the effective spectral delta = sqrt(q_hat)/m_hat, not the label noise Delta (``noise``): see
+    :class:`SEResult`. ``theory.api.theory_records`` gives the same curve as flat JSON-ready dicts. Every argument
+    is checked before the first point is solved (a ParameterError naming it)."""
+    validate_problem(problem)
+    alphas = _alphas(alphas)
     return StateEvolution(problem, d=d, **options).learning_curve(alphas)

@@ -1,0 +1,238 @@
+"""The Python API of the theory solver and the trainers with bad input (helper-47's review, after helper-46's
+tests/test_api_review.py): bad input is one ``ParameterError`` naming the parameter, raised before anything is
+solved or sampled, with no other exception chained to it; results read well (``SEResult``'s repr)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from tiedattention import ParameterError, Problem
+
+
+def raises_parameter_error(param: str, fn, *args, **kwargs) -> ParameterError:
+    """``fn(*args, **kwargs)`` raises one ParameterError naming ``param``, nothing chained."""
+    with pytest.raises(ParameterError) as info:
+        fn(*args, **kwargs)
+    err = info.value
+    assert err.param == param, (err.param, str(err))
+    assert err.__cause__ is None and (err.__context__ is None or err.__suppress_context__), repr(err.__context__)
+    return err
+
+
+@pytest.fixture
+def no_solving(monkeypatch):
+    """Any state-evolution solve fails the test: the arguments must be refused before one starts."""
+    from tiedattention.theory import state_evolution as se
+
+    def fail(*args, **kwargs):
+        raise AssertionError("solved a point before validating the arguments")
+
+    monkeypatch.setattr(se.StateEvolution, "solve", fail)
+    monkeypatch.setattr(se.StateEvolution, "_solve_regular", fail)
+    return se
+
+
+# --------------------------------------------------------------------------------------- theory/state_evolution.py
+@pytest.mark.parametrize("bad", ["mp:0.5", None, {"lam": 0.1}])
+def test_state_evolution_of_something_that_is_not_a_problem(no_solving, bad):
+    """StateEvolution('mp:0.5') / StateEvolution(None) were AttributeErrors ('str' object has no attribute 'task')."""
+    se = no_solving
+    err = raises_parameter_error("problem", se.StateEvolution, bad)
+    assert "Problem.from_options" in err.message
+    raises_parameter_error("problem", se.solve, bad, 0.5)
+    raises_parameter_error("problem", se.learning_curve, bad, [0.5])
+
+
+@pytest.mark.parametrize(("name", "meant"), [("tolerance", "tol"), ("max_iters", "max_iter"), ("dampin", "damping"),
+                                             ("order", "channel_options")])
+def test_unknown_state_evolution_option_is_named(no_solving, name, meant):
+    """StateEvolution(P, tolerance=...) and solve / learning_curve with an unknown option were Python's TypeError
+    ('__init__() got an unexpected keyword argument'); now the theory_records message (theory.api.check_options)."""
+    from tiedattention.theory.api import theory_records
+
+    se, p = no_solving, Problem.from_options()
+    err = raises_parameter_error(name, se.StateEvolution, p, **{name: 1})
+    assert "is not an option of the state evolution" in err.message and meant in err.message.split("(its options")[-1]
+    assert "tol, max_iter" in err.message  # the list of the options, without the **unknown catch-all
+    raises_parameter_error(name, se.solve, p, 0.5, **{name: 1})
+    raises_parameter_error(name, se.learning_curve, p, [0.5], **{name: 1})
+    other = raises_parameter_error(name, theory_records, p, [0.5], **{name: 1})
+    assert other.message == err.message  # one message, whichever entry point
+
+
+def test_state_evolution_signature_lists_the_options_alone():
+    """The **unknown catch-all is hidden from help() and from theory.api.check_options, which lists the options."""
+    import inspect
+
+    from tiedattention.theory import StateEvolution
+
+    params = inspect.signature(StateEvolution.__init__).parameters.values()
+    assert not any(p.kind is p.VAR_KEYWORD for p in params)
+    assert {"tol", "max_iter", "channel_options", "accuracy"} <= {p.name for p in params}
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("tol", "a"),             # was '>' not supported between 'str' and 'int'
+    ("tol", None),
+    ("tol", True),
+    ("max_iter", 2.5),        # was accepted
+    ("max_iter", "x"),
+    ("max_iter", 0),
+    ("damping", "0.5"),
+    ("damping", 1.5),
+    ("anderson", -1),
+    ("anderson", 1.5),
+    ("stall", 0),
+    ("max_step", 0.0),
+    ("floor_factor", float("nan")),
+    ("max_floor", -1.0),
+    ("coarse_tol", "a"),
+    ("coarse_spectral_nodes", 0),
+    ("pre_tol", -1.0),
+    ("branch_switch", "x"),
+    ("accuracy", 0.0),
+    ("max_order", 1),
+    ("channel_options", "order=24"),
+    ("rough_options", [1, 2]),
+    ("coarse_options", 3),
+])
+def test_bad_solver_numbers(no_solving, name, value):
+    se = no_solving
+    raises_parameter_error(name, se.StateEvolution, Problem.from_options(), **{name: value})
+    raises_parameter_error(name, se.solve, Problem.from_options(), 0.5, **{name: value})
+
+
+def test_valid_solver_numbers_are_still_taken():
+    """Integral floats, numpy numbers and None (where documented) are accepted; coarse_options=True (was update(True)'s
+    TypeError) is the default two-stage solve."""
+    import numpy as np
+
+    from tiedattention.theory import StateEvolution
+
+    p = Problem.from_options()
+    s = StateEvolution(p, tol=np.float64(1e-9), max_iter=50.0, anderson=np.int64(3), accuracy=None,
+                       branch_switch=None, coarse_tol=None, coarse_spectral_nodes=None)
+    assert s.tol == 1e-9 and s.max_iter == 50 and isinstance(s.max_iter, int) and s.anderson == 3
+    assert s.accuracy is None and s.branch_switch is None
+    on, default = StateEvolution(p, coarse_options=True), StateEvolution(p)
+    assert on.channel_coarse is not None and on.channel_coarse.order == default.channel_coarse.order
+    assert StateEvolution(p, coarse_options=False).channel_coarse is None
+
+
+@pytest.mark.parametrize("init", [[1, 2], "abc", [1.0, 0.5, float("nan")], [[1, 2, 3]], [-1.0, 0.1, 1.0],
+                                  [1.0, 0.1, -1.0]])
+def test_bad_warm_start(monkeypatch, init):
+    """solve(alpha, init=[1, 2]) was 'not enough values to unpack' from inside the iteration."""
+    from tiedattention.theory import state_evolution as se
+
+    def fail(*args, **kwargs):
+        raise AssertionError("iterated before validating init")
+
+    s = se.StateEvolution(Problem.from_options())
+    monkeypatch.setattr(se.StateEvolution, "_solve_regular", fail)
+    raises_parameter_error("init", s.solve, 0.5, init=init)
+    raises_parameter_error("init", s.solve_warm, 0.5, init)
+
+
+def test_the_warm_starts_that_worked_still_do():
+    """An SEResult, its x as a list or array, and an interpolating point's x (Sigma = inf, which that phase ignores) are
+    still accepted; a warm start from the solved point lands on it."""
+    import numpy as np
+
+    from tiedattention.theory import StateEvolution
+    from tiedattention.theory.state_evolution import _check_init
+
+    for ok in (None, [1.0, 0.5, 2.0], np.array([1, 0, 1]), (0.3, -0.1, math.inf), [0.0, 0.0, 0.0]):
+        _check_init(ok)
+    s = StateEvolution(Problem.from_options())
+    r = s.solve(0.5)
+    for init in (r, r.x, list(r.x)):
+        again = s.solve(0.5, init=init)
+        assert again.converged and again.test_error == pytest.approx(r.test_error, abs=1e-8)
+
+
+def test_learning_curve_of_one_number_is_a_one_point_curve(monkeypatch):
+    """se.learning_curve(0.5) and learning_curve(P, 0.5) were "'float' object is not iterable"; a string or a bad alpha
+    anywhere in the list is refused before the first point is solved."""
+    from tiedattention.theory import state_evolution as se
+
+    p = Problem.from_options()
+    solver = se.StateEvolution(p)
+    calls = []
+
+    def solve(self, a, init=None):
+        calls.append(a)
+        return SimpleNamespace(alpha=a, converged=False)
+
+    monkeypatch.setattr(se.StateEvolution, "solve", solve)
+    assert [r.alpha for r in solver.learning_curve(0.5)] == [0.5] == [r.alpha for r in se.learning_curve(p, 0.5)]
+    assert [r.alpha for r in solver.learning_curve([0.5, 1])] == [0.5, 1.0]
+    calls.clear()
+    for bad in ([0.5, -1.0], [0.5, float("nan")], "0.1,0.5", [0.5, "x"]):
+        raises_parameter_error("alpha", solver.learning_curve, bad)
+        raises_parameter_error("alpha", se.learning_curve, p, bad)
+    raises_parameter_error("alpha", se.solve, p, -0.5)
+    assert calls == []
+
+
+# ------------------------------------------------------------------------------------------- theory/channel.py
+@pytest.mark.parametrize(("options", "param"), [
+    ({"order": "x"}, "order"),          # was int()'s ValueError
+    ({"order": 2.5}, "order"),
+    ({"order": None}, "order"),
+    ({"qmc_log2": "a"}, "qmc_log2"),
+    ({"replicas": [4]}, "replicas"),
+    ({"tol": "a"}, "tol"),
+    ({"prune": -1.0}, "prune"),
+    ({"foo": 1}, "channel_options"),    # was SoftmaxChannel's TypeError
+    ({"ordr": 24}, "channel_options"),
+])
+def test_bad_channel_options(no_solving, options, param):
+    from tiedattention.theory.api import theory_records
+
+    se, p = no_solving, Problem.from_options()
+    err = raises_parameter_error(param, se.StateEvolution, p, channel_options=options)
+    if param == "channel_options":
+        key = next(iter(options))
+        assert repr(key) in err.message and "qmc_log2" in err.message
+        if key == "ordr":
+            assert "did you mean 'order'" in err.message
+        raises_parameter_error("rough_options", se.StateEvolution, p, rough_options=options)
+        raises_parameter_error("coarse_options", se.StateEvolution, p, coarse_options=options)
+    raises_parameter_error(param, theory_records, p, [0.5], channel_options=options)
+
+
+def test_channel_options_still_taken():
+    from tiedattention.theory import StateEvolution
+
+    s = StateEvolution(Problem.from_options(), channel_options={"order": 20.0})
+    assert s.channel.order == 20 and s.quadrature == "gh20"
+
+
+# ------------------------------------------------------------------------------------------------- SEResult
+def test_seresult_repr_is_short_and_readable():
+    """The dataclass repr was ~1,500 characters: every field, the errors dict, np.float64(...) wrappers."""
+    import dataclasses
+
+    import numpy as np
+
+    from tiedattention.theory import SEResult, StateEvolution
+
+    r = StateEvolution(Problem.from_options()).solve(0.5)
+    r.q = np.float64(r.q)  # as a numpy computation may leave it
+    text = repr(r)
+    assert len(text) < 400 and "np.float64" not in text and "errors" not in text, text
+    for key in ("alpha", "test_error", "mse", "q", "rank", "converged", "iterations", "residual"):
+        assert f"{key}=" in text
+    fields = dict(part.split("=", 1) for part in text[len("SEResult("):-1].split(", "))
+    assert float(fields["test_error"]) == pytest.approx(r.test_error, rel=1e-5)
+    assert float(fields["q"]) == pytest.approx(r.q, rel=1e-5)
+    assert fields["converged"] == str(r.converged) and int(fields["iterations"]) == r.iterations
+    # the fields and the dict conversion are unchanged
+    assert r.to_dict() == dataclasses.asdict(r)
+    assert list(r.to_dict()) == [f.name for f in dataclasses.fields(SEResult)]
+    assert str(r) == text
+
