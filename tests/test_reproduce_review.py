@@ -91,6 +91,8 @@ def test_no_legend_covers_the_data(name):
             if legend is None:
                 continue
             box = legend.get_window_extent(renderer)
+            pad = 4.0 * fig.dpi / 72  # half a marker: a point at the box's edge is half hidden
+            box = type(box).from_extents(box.x0 - pad, box.y0 - pad, box.x1 + pad, box.y1 + pad)
             for ln, pts in _data_vertices(ax):
                 inside = ((pts[:, 0] > box.x0) & (pts[:, 0] < box.x1) & (pts[:, 1] > box.y0) & (pts[:, 1] < box.y1))
                 if inside.any():
