@@ -236,3 +236,74 @@ def test_seresult_repr_is_short_and_readable():
     assert list(r.to_dict()) == [f.name for f in dataclasses.fields(SEResult)]
     assert str(r) == text
 
+
+# ------------------------------------------------------------------------------------------ simulation/trainers.py
+@pytest.fixture
+def no_sampling(monkeypatch):
+    """simulate_record, with sampling a data set failing the test: arguments must be refused before it."""
+    pytest.importorskip("torch")
+    import tiedattention.simulation.api as api
+
+    def fail(*args, **kwargs):
+        raise AssertionError("sampled a data set before validating the arguments")
+
+    monkeypatch.setattr(api, "sample_dataset", fail)
+    return api.simulate_record
+
+
+@pytest.mark.parametrize(("solver", "name", "value"), [
+    ("adam", "lr", -1),               # was torch's ValueError('Invalid learning rate: -1')
+    ("adam", "lr", "a"),
+    ("adam", "lr", 0.0),
+    ("adam", "tol", float("nan")),
+    ("adam", "max_steps", 2.5),       # was range()'s TypeError after the first data set
+    ("adam", "max_steps", 0),
+    ("adam", "min_steps", -1),
+    ("adam", "betas", (0.9, 1.0)),    # was torch's ValueError
+    ("adam", "betas", 0.9),
+    ("adam", "eps", -1e-8),
+    ("adam", "stop_on", "abs"),
+    ("lbfgs", "max_iter", "x"),
+    ("lbfgs", "history_size", 0),
+    ("lbfgs", "rtol", -1.0),
+    ("lbfgs", "scale", 0.0),
+    ("prox", "max_iter", 1.5),
+    ("prox", "patience", 0),
+    ("prox", "grow", 0.5),
+    ("prox", "t0", -1.0),
+    ("prox", "rtol", None),
+])
+def test_bad_solver_option_values(no_sampling, solver, name, value):
+    from tiedattention.simulation import sample_dataset, train
+    from tiedattention.simulation.trainers import SOLVERS, Objective, TorchData
+
+    p = Problem.from_options()
+    raises_parameter_error(name, no_sampling, p, alpha=0.5, d=8, seeds=1, solver=solver, **{name: value})
+    data = sample_dataset(p, 10, 6, 0)
+    raises_parameter_error(name, train, p, data, solver=solver, **{name: value})
+    obj = Objective(p, TorchData.from_dataset(data))  # the solver called directly
+    raises_parameter_error(name, SOLVERS[solver], p, obj, **{name: value})
+
+
+def test_solver_options_that_are_valid_still_reach_the_solver():
+    """Integral floats are integers (max_steps=5.0 was range()'s TypeError); numbers as before, bit for bit."""
+    pytest.importorskip("torch")
+    import numpy as np
+
+    from tiedattention.simulation import sample_dataset, train
+
+    p = Problem.from_options()
+    data = sample_dataset(p, 30, 6, 0)
+    a = train(p, data, solver="adam", max_steps=5.0, min_steps=2, lr=0.05)
+    b = train(p, data, solver="adam", max_steps=5, min_steps=2.0, lr=np.float64(0.05), betas=[0.9, 0.999])
+    assert a.steps == b.steps == 5 and np.array_equal(a.S_hat, b.S_hat)
+    c = train(p, data, solver="prox", max_iter=4.0, t0=None)
+    assert c.steps == 4
+
+
+def test_simulation_exports_solver_options():
+    """solver_options (simulation/api.py, helper-46) was not exported by tiedattention.simulation."""
+    pytest.importorskip("torch")
+    import tiedattention.simulation as sim
+
+    assert "solver_options" in sim.__all__ and "lr" in sim.solver_options("adam")

@@ -20,7 +20,7 @@ from ..targets import validate_dimension
 from .metrics import mse_on_S, rank_fraction, spectra, test_errors
 from .models import resolve_device
 from .sampler import rng_for, sample_dataset
-from .trainers import SOLVERS, train, unknown_solver
+from .trainers import SOLVERS, check_solver_options, train, unknown_solver
 
 __all__ = ["simulate_record", "n_of", "combined_sem", "solver_options"]
 
@@ -142,6 +142,7 @@ def simulate_record(
     alpha = validate_alpha(alpha)
     _validate(d, seeds, solver, n_test, seed0, threads, rank_tol)
     _validate_trainer_options(solver, trainer_options)
+    trainer_options = check_solver_options(solver, trainer_options)  # their values (adam lr=-1 was torch's error)
     d, seeds, seed0 = int(d), int(seeds), int(seed0)
     dev = resolve_device(device)
     n = n_of(alpha, d)

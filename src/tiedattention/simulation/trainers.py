@@ -32,12 +32,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..errors import ParameterError
-from ..problem import Problem
+from ..problem import Problem, validate_integer
 from .models import Objective, TorchData, logits_S, sym
 from .sampler import Dataset, rng_for
 
@@ -51,6 +52,7 @@ __all__ = [
     "solve_lbfgs",
     "solve_prox",
     "prox_nuclear_psd",
+    "check_solver_options",
 ]
 
 Callback = Callable[[int, float, float], None]
@@ -140,6 +142,64 @@ def _S_of(problem: Problem, param: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 
 # ------------------------------------------------------------------------------------------------
+# The built-in solvers' options: checked before anything is built (adam lr=-1 was torch's ValueError)
+# ------------------------------------------------------------------------------------------------
+# name -> (kind, bound): "pos" a number > bound, "nonneg" >= bound, "int" an integer >= bound; "opt_" allows None
+_OPTION_SPECS: dict[str, dict[str, tuple[str, Any]]] = {
+    "adam": {"lr": ("pos", 0.0), "tol": ("nonneg", 0.0), "min_steps": ("int", 0), "max_steps": ("int", 1),
+             "betas": ("betas", None), "eps": ("nonneg", 0.0), "stop_on": ("choice", ("total", "normalized",
+                                                                                    "relative"))},
+    "lbfgs": {"max_iter": ("int", 1), "history_size": ("int", 1), "gtol": ("nonneg", 0.0), "rtol": ("nonneg", 0.0),
+              "block": ("int", 1), "scale": ("opt_pos", 0.0)},
+    "prox": {"max_iter": ("int", 1), "rtol": ("nonneg", 0.0), "patience": ("int", 1), "t0": ("opt_pos", 0.0),
+             "grow": ("nonneg", 1.0)},
+}
+
+
+def _number(name: str, value: Any, lower: float, closed: bool) -> float:
+    try:
+        v = float(value) if not isinstance(value, (bool, str, bytes)) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        v = math.nan
+    if not (math.isfinite(v) and (v >= lower if closed else v > lower)):
+        raise ParameterError(name, f"must be a number {'>=' if closed else '>'} {lower:g} (got {value!r:.60})")
+    return v
+
+
+def _checked_option(name: str, value: Any, kind: str, bound: Any) -> Any:
+    if kind.startswith("opt_"):
+        if value is None:
+            return None
+        kind = kind[len("opt_"):]
+    if kind == "int":
+        return validate_integer(name, value, bound)
+    if kind in ("pos", "nonneg"):
+        return _number(name, value, bound, closed=kind == "nonneg")
+    if kind == "choice":
+        if value not in bound:
+            raise ParameterError(name, f"must be {', '.join(bound[:-1])} or {bound[-1]} (got {value!r:.60})")
+        return value
+    # betas: Adam's two decay rates, each in [0, 1)
+    try:
+        pair = tuple(float(b) for b in value) if not isinstance(value, (str, bytes)) else ()
+    except (TypeError, ValueError):
+        pair = ()
+    if not (len(pair) == 2 and all(math.isfinite(b) and 0.0 <= b < 1.0 for b in pair)):
+        raise ParameterError(name, f"must be two numbers in [0, 1) (got {value!r:.60})")
+    return pair
+
+
+def check_solver_options(solver: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The values of a built-in solver's options (adam, lbfgs, prox, as registered here), checked and converted (an
+    integral float for an integer); a bad one is a ParameterError naming it. Other options, and those of solvers
+    registered by others, pass unchanged (the solver's own signature decides which it takes)."""
+    spec = _OPTION_SPECS.get(solver) if SOLVERS.get(solver) is _BUILTIN.get(solver) else None
+    if not spec:
+        return dict(options)
+    return {k: _checked_option(k, v, *spec[k]) if k in spec else v for k, v in options.items()}
+
+
+# ------------------------------------------------------------------------------------------------
 # Adam, the study's protocol
 # ------------------------------------------------------------------------------------------------
 def solve_adam(
@@ -162,8 +222,9 @@ def solve_adam(
     steps at d = 100, alpha = 0.5, lam = 0.01, as in the study), "total" (absolute change of the total loss
     L = data sum + penalty; about 500 steps there) or "normalized" (absolute change of F = L/d^2).
     """
-    if stop_on not in ("total", "normalized", "relative"):
-        raise ParameterError("stop_on", "must be total, normalized or relative")
+    o = check_solver_options("adam", dict(lr=lr, tol=tol, min_steps=min_steps, max_steps=max_steps, betas=betas,
+                                          eps=eps, stop_on=stop_on))
+    lr, tol, min_steps, max_steps, betas, eps = o["lr"], o["tol"], o["min_steps"], o["max_steps"], o["betas"], o["eps"]
     param = _init_param(problem, obj, seed)
     f = _value_grad(problem, obj)
     opt = torch.optim.Adam([param], lr=lr, betas=betas, eps=eps)
@@ -209,6 +270,10 @@ def solve_lbfgs(
 
     The closure hands LBFGS the (rescaled) objective as a float64 tensor: LBFGS reads it back with float(), and
     torch's default float32 would hide every change below ~1e-7 relative (it then stalled there, 'converged')."""
+    o = check_solver_options("lbfgs", dict(max_iter=max_iter, history_size=history_size, gtol=gtol, rtol=rtol,
+                                           block=block, scale=scale))
+    max_iter, history_size, gtol, rtol, block, scale = (o[k] for k in ("max_iter", "history_size", "gtol", "rtol",
+                                                                       "block", "scale"))
     param = _init_param(problem, obj, seed)
     f0 = _value_grad(problem, obj)
     # torch's LBFGS has absolute thresholds (curvature pairs need y.s > 1e-10): work on F / F(init)
@@ -317,6 +382,8 @@ def solve_prox(
     not convex in S (the softmax loss), so different starts can end at different minimisers: that is what this
     option is for (multi-start checks of the landscape, warm starts along a sweep).
     """
+    o = check_solver_options("prox", dict(max_iter=max_iter, rtol=rtol, patience=patience, t0=t0, grow=grow))
+    max_iter, rtol, patience, t0, grow = (o[k] for k in ("max_iter", "rtol", "patience", "t0", "grow"))
     d = obj.d
     lam = problem.student.lam
     factorized = problem.student.model == "factorized"
@@ -397,6 +464,7 @@ def solve_prox(
 register_solver("adam", solve_adam)
 register_solver("lbfgs", solve_lbfgs)
 register_solver("prox", solve_prox)
+_BUILTIN = {"adam": solve_adam, "lbfgs": solve_lbfgs, "prox": solve_prox}  # whose options _OPTION_SPECS checks
 
 
 # ------------------------------------------------------------------------------------------------
@@ -468,6 +536,7 @@ def train(
     """
     if solver not in SOLVERS:
         raise ParameterError("solver", unknown_solver(solver))
+    options = check_solver_options(solver, options)
     if data.T != problem.task.tokens or data.task != problem.task.task:
         raise ParameterError("data", f"was sampled for T = {data.T}, {data.task}; the problem has "
                              f"T = {problem.task.tokens}, {problem.task.task}")
