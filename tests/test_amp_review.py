@@ -121,3 +121,34 @@ def test_stalled_full_width_run_raises_the_input_weight_and_converges():
     assert "input weight 1.5" in res.message and res.input_weight == 1.5
     ref = train(pb, data, solver="prox")
     assert abs(res.objective - ref.objective) / ref.objective < 1e-7  # measured 4e-9
+
+
+@pytest.mark.parametrize("factor", [0.8, 1.05])
+def test_zero_iterate_is_not_reported_converged_unless_zero_is_stationary(factor):
+    """Large lambda, just below lam_c (the smallest lambda at which S = 0 is the ERM minimiser): the first
+    iteration's g (the prox's at V_0 = 1) leaves every eigenvalue of Y below 2 lam, so S_1 = S_0 = 0, residual 0,
+    and GAMP reported converged = True after 1 iteration with S = 0 (d = 30, alpha = 0.5, lam = 0.8 lam_c: KKT
+    2.5e-2, objective 0.22539 against the prox minimiser's 0.22344, q = 3.5e-3). Above lam_c, 0 is the minimiser
+    and stopping at once is right."""
+    pytest.importorskip("torch")
+    from tiedattention.amp import MeasurementOperator
+    from tiedattention.simulation import rng_for, sample_dataset, train
+    from tiedattention.theory.channel import softmax_loss
+
+    pb0 = Problem.from_options(**REF)
+    d, alpha, seed = 30, 0.5, 0
+    S0 = pb0.task.target.sample(d, rng_for(seed, "target"))
+    data = sample_dataset(pb0, int(round(alpha * d * d)), d, seed, S0=S0)
+    op = MeasurementOperator(data.X)
+    _, grad, _ = softmax_loss(op.forward(np.zeros((d, d))), data.y, 1.0, 2)
+    # KKT at S = 0 for lam d Tr S on the psd cone: the top eigenvalue of -grad F(0) is at most lam d
+    lam_c = np.linalg.eigvalsh(op.adjoint(-grad)).max() / d
+    pb = Problem.from_options(**{**REF, "lam": factor * lam_c})
+    res = gamp(pb, data.X, data.y, S0)
+    ref = train(pb, data, solver="prox")
+    q_ref = float((ref.S_hat**2).sum()) / d
+    assert (q_ref > 0) == (factor < 1)
+    assert res.converged and res.history[-1].q == pytest.approx(q_ref, rel=1e-4, abs=1e-12)
+    assert abs(res.objective - ref.objective) / ref.objective < 1e-8
+    if factor > 1:
+        assert res.iterations == 1

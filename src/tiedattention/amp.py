@@ -458,7 +458,10 @@ def gamp(
         S, V = S_next, (V_new if effective else eta * V_new + (1 - eta) * V)
         if callback is not None:
             callback(it, S, rec)
-        if resid < tol:
+        # S_{t+1} = S_t = 0 says nothing about g and V (the denoiser clips every eigenvalue of Y whatever g is,
+        # e.g. at the first iteration, where g is the prox's at V_0 and not yet -grad l): stop at 0 only if 0 is
+        # a stationary point of the ERM, else iterate on (V decays, g -> -grad l(0), S leaves 0)
+        if resid < tol and (q_next > 0 or _zero_is_stationary(problem, op, y, s_hat * c_in, direct, rank)):
             converged, message = True, f"residual {resid:.2e} < {tol:g}"
             break
         if resid < best:
@@ -488,6 +491,13 @@ def gamp(
     if not converged:
         warnings.warn(f"GAMP did not converge: {message}", ConvergenceWarning, stacklevel=2)
     return res
+
+
+def _zero_is_stationary(problem, op, y, s_in, direct, rank) -> bool:
+    """S = 0 is a fixed point of the proximal-gradient map of the ERM (KKT at 0): f(-(2/d) A^T grad l(0)) = 0."""
+    _, grad, _ = softmax_loss(op.forward(np.zeros((op.d, op.d))), y, problem.student.beta, op.T)
+    P, _ = _input_step(op, np.zeros((op.d, op.d)), -grad, s_in, problem.student.lam, direct, rank)
+    return not np.any(P)
 
 
 def _input_step(op, S, g, s_hat, lam, direct, rank):
