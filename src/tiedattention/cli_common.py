@@ -161,6 +161,17 @@ def check_output_file(path: Path | str | None, name: str, suffix: str | tuple[st
         raise ParameterError(name, f"directory '{path.parent}' is not writable")
 
 
+def output_dir(value: str | Path, name: str = "out") -> Path:
+    """An output directory option given as text, checked (:func:`check_output_dir`) and as a Path. An empty or
+    blank value is refused: ``Path("")`` is the working directory, so ``--out "$UNSET"`` would write there
+    without a word. (The options are declared ``str`` for this: typer turns "" into ``Path(".")``.)"""
+    if isinstance(value, str) and not value.strip():
+        raise ParameterError(name, "is empty (to write into the working directory, say --" + name + " .)")
+    path = Path(value)
+    check_output_dir(path, name)
+    return path
+
+
 def check_output_dir(path: Path, name: str = "out") -> None:
     """An output directory option, before anything is computed: it is a directory or can be created (no part of
     it is an existing file). ParameterError(``name``) otherwise."""

@@ -17,10 +17,10 @@ import typer
 from ..cli_common import (
     FIGURE_SUFFIXES,
     JsonOpt,
-    check_output_dir,
     check_output_file,
     cli_errors,
     emit_json,
+    output_dir,
     parse_floats,
     print_table,
     resumable,
@@ -52,7 +52,7 @@ def phase(
         "--train-zero", help="train error counted as zero, for the per-row boundary where it leaves zero")] = 1e-4,
     out: Annotated[Path | None, typer.Option(
         "--out", help="figure (.png, .pdf or .svg); the data goes to the same name with .parquet")] = None,
-    store: Annotated[Path | None, typer.Option(
+    store: Annotated[str | None, typer.Option(
         "--store", help="store directory of the finished rows (default: FIG.store next to --out; required without "
         "--out)")] = None,
     workers: Annotated[
@@ -78,7 +78,7 @@ def phase(
             if out is None:
                 raise ParameterError("store", "give --store DIR (where finished rows are kept) when there is no --out")
             store = out.with_suffix(".store")
-        check_output_dir(store, "store")
+        store = output_dir(store, "store")
         # phase_diagram (and run_sweep) check --d, --train-zero, --workers and the rows' targets against --d before
         # the store is created
         with resumable("phase"):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ..cli_common import check_output_dir, cli_errors, resumable
+from ..cli_common import cli_errors, output_dir, resumable
 from ..errors import ParameterError
 
 
@@ -16,7 +15,7 @@ def register(app: typer.Typer) -> None:
     @app.command("reproduce")
     def reproduce(
         name: Annotated[str, typer.Argument(help="figure name (fig1 ... fig10) or 'all'", show_default=False)],
-        out: Annotated[Path, typer.Option("--out", help="output directory (PNG, PDF, Parquet; store/ to resume)")],
+        out: Annotated[str, typer.Option("--out", help="output directory (PNG, PDF, Parquet; store/ to resume)")],
         quick: Annotated[
             bool, typer.Option("--quick", help="small d, few seeds, coarse grids (all figures in minutes)")
         ] = False,
@@ -39,7 +38,7 @@ def register(app: typer.Typer) -> None:
             names = list(FIGURES) if name == "all" else [name]
             for n in names:
                 figure_module(n)
-            check_output_dir(out, "out")
+            out = output_dir(out, "out")
             for n in names:  # the files each figure writes
                 for ext in ("png", "pdf", "parquet"):
                     if (out / f"{n}.{ext}").is_dir():

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..cli_common import check_output_dir, cli_errors, emit_json, resumable
+from ..cli_common import cli_errors, emit_json, output_dir, resumable
 from ..errors import ParameterError
 
 
@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
     @app.command("sweep")
     def sweep(
         spec: Annotated[Path, typer.Argument(help="TOML spec: a \\[grid] table of lists and a \\[run] table")],
-        out: Annotated[Path, typer.Option("--out", help="store directory (created; reused to resume)")],
+        out: Annotated[str, typer.Option("--out", help="store directory (created; reused to resume)")],
         scheduler: Annotated[
             str | None, typer.Option("--scheduler", help="dask.distributed scheduler, tcp://HOST:PORT")
         ] = None,
@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
 
         with cli_errors():
             sweep_spec = load_spec(spec)
-            check_output_dir(out, "out")
+            out = output_dir(out, "out")
             if workers is not None and workers < 1:
                 raise ParameterError("workers", f"must be >= 1 (got {workers})")
             if scheduler is not None and "://" not in scheduler:
