@@ -5,6 +5,7 @@ solved or sampled, with no other exception chained to it; results read well (``S
 from __future__ import annotations
 
 import math
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -307,3 +308,63 @@ def test_simulation_exports_solver_options():
     import tiedattention.simulation as sim
 
     assert "solver_options" in sim.__all__ and "lr" in sim.solver_options("adam")
+
+
+# ---------------------------------------------------------------------------------- long runs without warning
+class _Built(Exception):
+    """Raised in place of building the channel rules: what happened before is all the test needs."""
+
+
+def _until_channel(monkeypatch, **options) -> list[str]:
+    """The RuntimeWarnings of StateEvolution(Problem.from_options(**options)) up to building its channel (order 64
+    takes ~30 s at beta > 5.4, so the build is cut short: the warning must come before it)."""
+    from tiedattention.theory import state_evolution as se
+
+    def built(*args, **kwargs):
+        raise _Built
+
+    monkeypatch.setattr(se, "SoftmaxChannel", built)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(_Built):
+            se.StateEvolution(Problem.from_options(**options))
+    return [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_softmax_far_sharper_than_the_quadrature_warns_before_any_work(monkeypatch):
+    """beta = 1000 took > 2 min per point without a word: the T = 2 channel wants Gauss-Hermite order 12 beta = 12000,
+    the cap is 64 (30 s to build the rules, 1-3 s per map evaluation, a point that is meaningless at that order)."""
+    (msg,) = _until_channel(monkeypatch, beta=1e3)
+    assert msg.startswith("beta = 1000:") and "order 12000 wanted, 64 used" in msg
+    (msg,) = _until_channel(monkeypatch, beta0=40)
+    assert msg.startswith("beta0 = 40:") and "order 480 wanted" in msg
+    # below 4x the cap (beta = 12: 54 s, converged at order 64) and for the QMC rules (T >= 3, output noise): none
+    assert _until_channel(monkeypatch, beta=12) == []
+    assert _until_channel(monkeypatch, beta=1e3, tokens=3) == []
+    assert _until_channel(monkeypatch, beta=1e3, noise_out=0.1) == []
+
+
+def test_pure_noise_labels_warn_before_any_work(monkeypatch):
+    """noise = 1e10 (and 1e8) took > 2 min per point without a word (the iteration wanders, m up to 2e4 while the
+    physical |m| <= sqrt(q Q0) ~ 1); 1e6 converges in 25 s and does not warn."""
+    from tiedattention.theory.state_evolution import NOISE_WARN
+
+    (msg,) = _until_channel(monkeypatch, noise=1e10)
+    assert msg.startswith("noise = 1e+10:") and "pure noise" in msg and "Q0 = 1.5" in msg
+    q0 = 1.5  # MP(0.5): Q0 = 1 + kappa0 (the message's number, an independent route: the second moment of MP)
+    assert _until_channel(monkeypatch, noise=1e6) == []
+    assert len(_until_channel(monkeypatch, noise=2.01 * NOISE_WARN * q0)) == 1
+    assert _until_channel(monkeypatch, noise=1.99 * NOISE_WARN * q0) == []
+    assert _until_channel(monkeypatch) == []  # the default problem
+
+
+def test_helper_solvers_do_not_warn_again():
+    """The solvers a StateEvolution builds for itself (other Gauss-Hermite orders, the QMC re-solve) stay quiet."""
+    from tiedattention.theory import StateEvolution
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        se = StateEvolution(Problem.from_options(noise=1e10))
+        se._order_solver(12)
+        se._rough_solver()
+    assert sum("pure noise" in str(w.message) for w in seen) == 1

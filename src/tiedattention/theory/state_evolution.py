@@ -29,6 +29,7 @@ derived in docs/theory/state_evolution.md) are solved directly:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import time
@@ -314,6 +315,7 @@ class StateEvolution:
         self.problem = problem
         self.measure = problem.task.target.measure(d)
         self.q0 = self.measure.q0
+        _warn_degenerate(problem, self.q0, channel_options)
         self.tol = tol
         self.max_iter = max_iter
         self.damping = damping
@@ -563,10 +565,11 @@ class StateEvolution:
         if key not in self._orders:
             d, kw = self.d, self._solver_args
             kw = {**kw, "tol": tol if tol is not None else kw["tol"]}
-            self._orders[key] = StateEvolution(
-                self.problem, d=d, channel_options={**self.channel_options, "order": order},
-                branch_switch=None, fixed_point_errors=False, accuracy=None, root_fallback=False, pre_tol=0.0,
-                warm_start=self.warm_start, **kw)
+            with _inner_solver():
+                self._orders[key] = StateEvolution(
+                    self.problem, d=d, channel_options={**self.channel_options, "order": order},
+                    branch_switch=None, fixed_point_errors=False, accuracy=None, root_fallback=False, pre_tol=0.0,
+                    warm_start=self.warm_start, **kw)
         return self._orders[key]
 
     def _low_solver(self) -> StateEvolution:
@@ -715,9 +718,10 @@ class StateEvolution:
         if self._rough is None:
             d, kw = self.d, self._solver_args
             kw = {**kw, "max_iter": min(kw["max_iter"], ROUGH_MAX_ITER)}
-            rough = StateEvolution(self.problem, d=d, channel_options=self.rough_options, stall=ROUGH_STALL,
-                                   root_fallback=False, branch_switch=None, warm_start=self.warm_start,
-                                   fixed_point_errors=self.fixed_point_errors, **kw)
+            with _inner_solver():
+                rough = StateEvolution(self.problem, d=d, channel_options=self.rough_options, stall=ROUGH_STALL,
+                                       root_fallback=False, branch_switch=None, warm_start=self.warm_start,
+                                       fixed_point_errors=self.fixed_point_errors, **kw)
             rough._cold_accurate = True
             rough._floor_stop = ROUGH_FLOOR_STOP
             self._rough = rough
@@ -1146,6 +1150,49 @@ class StateEvolution:
             if progress is not None:
                 progress()
         return out
+
+
+# beyond these the SE is slow (minutes a point) and its answer rough: StateEvolution warns before it starts
+SHARP_WARN = 4 * MAX_GH_ORDER / 12  # max(beta, beta0) whose Gauss-Hermite order 12 beta is 4x the cap (~21)
+NOISE_WARN = 1e6  # Delta / (2 Q0): logit-noise variance over the signal's
+
+
+_INNER = [0]  # > 0 while a solver builds its helper solvers (other orders, the QMC re-solve): they do not warn again
+
+
+@contextlib.contextmanager
+def _inner_solver():
+    _INNER[0] += 1
+    try:
+        yield
+    finally:
+        _INNER[0] -= 1
+
+
+def _warn_degenerate(problem: Problem, q0: float, channel_options: dict | None) -> None:
+    """A RuntimeWarning, before any work, for problems where one SE point takes minutes (measured at alpha = 0.5,
+    the default problem otherwise): a softmax far sharper than the channel quadrature resolves (beta = 12: 54 s at
+    order 64, converged; beta = 1000: order 12000 wanted, 64 used, 30 s to build the rules and 1-3 s per map
+    evaluation, > 2 min without converging) and labels that are pure noise (Delta = 1e6: 25 s; 1e8 and 1e10: > 2 min,
+    the iteration wandering far from the physical overlaps; the observables hardly change beyond Delta ~ 1e4)."""
+    if _INNER[0]:
+        return
+    task, sharp = problem.task, max(problem.student.beta, problem.task.beta0)
+    options = channel_options or {}
+    gauss_hermite = (task.tokens == 2 and (task.noise_out == 0 or task.task == "seq2seq")
+                     and options.get("rule", "auto") != "qmc")
+    if sharp > SHARP_WARN and gauss_hermite:
+        which = "beta" if problem.student.beta >= task.beta0 else "beta0"
+        warnings.warn(f"{which} = {sharp:g}: the softmax is far sharper than the channel quadrature resolves "
+                      f"(Gauss-Hermite order {math.ceil(12 * sharp)} wanted, {options.get('order') or MAX_GH_ORDER} "
+                      "used): each point can take minutes and its error estimates (errors, message) are large",
+                      RuntimeWarning, stacklevel=3)
+    if task.noise > 2 * NOISE_WARN * q0:
+        warnings.warn(f"noise = {task.noise:g}: the labels are pure noise (logit-noise variance Delta/2 = "
+                      f"{task.noise / 2:.3g} vs the target's Q0 = {q0:.3g}): the state evolution converges slowly or "
+                      "not at all there (minutes a point); its observables hardly change beyond Delta ~ 1e4 (the "
+                      "default problem at alpha = 0.5: test error 1.4898 at Delta = 1e4, 1.4923 at 1e6)",
+                      RuntimeWarning, stacklevel=3)
 
 
 # __init__ takes **unknown only to name a misspelt option (a ParameterError, not Python's TypeError); its signature,
