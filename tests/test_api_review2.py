@@ -368,3 +368,49 @@ def test_helper_solvers_do_not_warn_again():
         se._order_solver(12)
         se._rough_solver()
     assert sum("pure noise" in str(w.message) for w in seen) == 1
+
+
+# ---------------------------------------------------- train() / simulate_record: their own arguments, before work
+@pytest.mark.parametrize(("name", "kwargs"), [
+    ("chunk", {"chunk": "a"}),          # was int()'s ValueError
+    ("chunk", {"chunk": -5}),
+    ("dtype", {"dtype": "float64"}),    # was torch's TypeError (as_tensor)
+    ("dtype", {"dtype": "int64"}),
+    ("callback", {"callback": 5}),      # was "'int' object is not callable" after the first step
+    ("seed", {"seed": "a"}),            # was accepted by prox (which has no random start)
+    ("seed", {"seed": -1}),
+    ("problem", {"problem": "mp:0.5"}),  # was an AttributeError
+    ("data", {"data": None}),           # was an AttributeError
+])
+def test_train_arguments(name, kwargs):
+    pytest.importorskip("torch")
+    import torch
+
+    from tiedattention.simulation import sample_dataset, train, trainers
+
+    if name == "dtype" and kwargs["dtype"] == "int64":
+        kwargs = {"dtype": torch.int64}
+    p = Problem.from_options()
+    args = {"problem": p, "data": sample_dataset(p, 10, 6, 0), "solver": "prox", **kwargs}
+    with pytest.MonkeyPatch.context() as mp:  # refused before the data reach the device
+        mp.setattr(trainers.TorchData, "from_dataset", lambda *a, **k: pytest.fail("built the data first"))
+        raises_parameter_error(name, train, **args)
+
+
+@pytest.mark.parametrize(("name", "kwargs"), [
+    ("progress", {"progress": 5}),      # was "'int' object is not callable" after the first seed was trained
+    ("callback", {"callback": 5}),
+    ("chunk", {"chunk": "a"}),
+    ("dtype", {"dtype": "float64"}),
+])
+def test_simulate_record_train_arguments(no_sampling, name, kwargs):
+    raises_parameter_error(name, no_sampling, Problem.from_options(), alpha=0.5, d=8, seeds=1, solver="prox", **kwargs)
+
+
+def test_learning_curve_progress_is_a_function(no_solving):
+    """se.learning_curve(alphas, progress=5) was "'int' object is not callable" after the first point."""
+    from tiedattention.theory.api import theory_records
+
+    se, p = no_solving, Problem.from_options()
+    raises_parameter_error("progress", se.StateEvolution(p).learning_curve, [0.5], progress=5)
+    raises_parameter_error("progress", theory_records, p, [0.5], progress=5)

@@ -20,7 +20,7 @@ from ..targets import validate_dimension
 from .metrics import mse_on_S, rank_fraction, spectra, test_errors
 from .models import resolve_device
 from .sampler import rng_for, sample_dataset
-from .trainers import SOLVERS, check_solver_options, train, unknown_solver
+from .trainers import SOLVERS, check_solver_options, check_train_options, train, unknown_solver
 
 __all__ = ["simulate_record", "n_of", "combined_sem", "solver_options"]
 
@@ -142,7 +142,10 @@ def simulate_record(
     alpha = validate_alpha(alpha)
     _validate(d, seeds, solver, n_test, seed0, threads, rank_tol)
     _validate_trainer_options(solver, trainer_options)
-    trainer_options = check_solver_options(solver, trainer_options)  # their values (adam lr=-1 was torch's error)
+    # the values: the solver's (adam lr=-1 was torch's error), train()'s and progress (was a TypeError after a seed)
+    train_own = {k: trainer_options[k] for k in _TRAIN_OPTIONS if k in trainer_options}
+    check_train_options(progress=progress, **train_own)
+    trainer_options = check_solver_options(solver, trainer_options)
     d, seeds, seed0 = int(d), int(seeds), int(seed0)
     dev = resolve_device(device)
     n = n_of(alpha, d)

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import ParameterError
-from ..problem import Problem, validate_integer
+from ..problem import Problem, validate_integer, validate_problem
 from .models import Objective, TorchData, logits_S, sym
 from .sampler import Dataset, rng_for
 
@@ -53,6 +53,7 @@ __all__ = [
     "solve_prox",
     "prox_nuclear_psd",
     "check_solver_options",
+    "check_train_options",
 ]
 
 Callback = Callable[[int, float, float], None]
@@ -187,6 +188,24 @@ def _checked_option(name: str, value: Any, kind: str, bound: Any) -> Any:
     if not (len(pair) == 2 and all(math.isfinite(b) and 0.0 <= b < 1.0 for b in pair)):
         raise ParameterError(name, f"must be two numbers in [0, 1) (got {value!r:.60})")
     return pair
+
+
+def check_train_options(**values: Any) -> None:
+    """train()'s own arguments that reach the run only later (seed: the initialisation; dtype, chunk: the data on the
+    device; callback: after the first step): each bad one a ParameterError naming it, before anything is built (they
+    were int()'s ValueError, torch's TypeError, 'int' object is not callable after the first step, or accepted)."""
+    if "seed" in values:
+        validate_integer("seed", values["seed"], 0)
+    dtype = values.get("dtype")
+    if "dtype" in values and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ParameterError("dtype", f"must be a torch floating dtype, e.g. torch.float64 (got {dtype!r:.60})")
+    chunk = values.get("chunk")
+    if chunk is not None and chunk != 0:  # (None and 0: the default chunk)
+        validate_integer("chunk", chunk, 1)
+    for name in ("callback", "progress"):
+        fn = values.get(name)
+        if fn is not None and not callable(fn):
+            raise ParameterError(name, f"must be a function or None (got {fn!r:.60})")
 
 
 def check_solver_options(solver: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -536,6 +555,11 @@ def train(
     """
     if solver not in SOLVERS:
         raise ParameterError("solver", unknown_solver(solver))
+    validate_problem(problem)
+    if not isinstance(data, Dataset):
+        raise ParameterError("data", f"must be a Dataset (got {type(data).__name__}); sample_dataset(problem, n, d, "
+                             "seed) makes one")
+    check_train_options(seed=seed, dtype=dtype, chunk=chunk, callback=callback)
     options = check_solver_options(solver, options)
     if data.T != problem.task.tokens or data.task != problem.task.task:
         raise ParameterError("data", f"was sampled for T = {data.T}, {data.task}; the problem has "

@@ -1132,6 +1132,8 @@ class StateEvolution:
         warm-starting each point from the previous one; one :class:`SEResult` per alpha, in their order. Every
         alpha is checked before the first point is solved."""
         alphas = _alphas(alphas)
+        if progress is not None and not callable(progress):  # (was 'int' object is not callable after a point)
+            raise ParameterError("progress", f"must be a function or None (got {progress!r:.60})")
         out: list[SEResult] = []
         prev: SEResult | None = None
         before: SEResult | None = None  # the converged regular point before prev, for extrapolation
