@@ -107,8 +107,9 @@ def test_stalled_full_width_run_raises_the_input_weight_and_converges():
     """kappa = 1, lam = 0.01, d = 30, alpha = 0.2, seed 1: with the damping halved on every stall (0.5 -> 0.05)
     GAMP ran into a limit cycle (the residual repeating with period 9 at 5e-5 ... 3e-4 at fixed eta = 0.5, an
     eigenvalue of Y 1e-3 above the threshold 2 lam) and reported converged = False after 1000 iterations,
-    KKT 7.5e-5, objective 2.5e-5 above the prox minimiser. Raising the input weight to 1.5 at the first stall
-    reaches the minimiser (an independent route: the prox trainer on the same data)."""
+    KKT 7.5e-5, objective 2.5e-5 above the prox minimiser. Once the damping is exhausted the input weight is
+    raised to 1.5 (eta back to 0.5) and GAMP reaches the minimiser (an independent route: the prox trainer on
+    the same data)."""
     pytest.importorskip("torch")
     from tiedattention.simulation import rng_for, sample_dataset, train
 
@@ -118,7 +119,7 @@ def test_stalled_full_width_run_raises_the_input_weight_and_converges():
     data = sample_dataset(pb, int(round(alpha * d * d)), d, seed, S0=S0)
     res = gamp(pb, data.X, data.y, S0)
     assert res.converged and res.kkt < 1e-9, res.message
-    assert "input weight 1.5" in res.message and res.input_weight == 1.5
+    assert "input weight 1.5, damping 0.5" in res.message and res.input_weight == 1.5 and res.damping == 0.5
     ref = train(pb, data, solver="prox")
     assert abs(res.objective - ref.objective) / ref.objective < 1e-7  # measured 4e-9
 

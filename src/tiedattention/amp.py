@@ -249,9 +249,6 @@ class GAMPResult:
         return out
 
 
-_C_STALL = 1.5  # the input weight a stalled kappa >= 1 run is raised to before its damping is lowered
-
-
 def _number(name: str, value: Any) -> float:
     """``value`` as a float (a number or a numpy scalar; not a bool or a string), else a ParameterError."""
     if isinstance(value, (bool, str)) or value is None:
@@ -316,12 +313,13 @@ def gamp(
         respect to every past g); S = f(Y_bar)/sigma_bar and V are not damped. Its state evolution is the SE
         with damped conjugates (:func:`se_trajectory` with ``damp="effective"``).
     patience, min_damping : adaptive step control: when the residual has not reached a new minimum for
-        ``patience`` iterations, the factorised student's input weight is raised first (x 1.5; up to
-        ``max_input_weight`` with a rank cut, to 1.5 without one), then eta is halved (not below
-        ``min_damping``), then (factorised) the input weight is raised further, up to ``max_input_weight``.
-        The direct model only halves eta. ``patience=0`` keeps eta and the input weight fixed. (At small d an
-        eigenvalue of Y near the threshold 2 lam can switch on and off in a limit cycle of f' and V that no
-        damping ends; c > 1 moves it away from the threshold: docs/theory/gamp.md.)
+        ``patience`` iterations, with a rank cut the input weight is raised (x 1.5, up to ``max_input_weight``),
+        otherwise eta is halved (not below ``min_damping``); once both are exhausted a factorised student's input
+        weight is raised (further) and eta set back to ``damping``. The direct model only halves eta.
+        ``patience=0`` keeps eta and the input weight fixed. (At small d an eigenvalue of Y near the threshold
+        2 lam can switch on and off in a limit cycle of f' and V that no damping ends; c > 1 moves it away from
+        the threshold. With c != 1 the fixed point's V and sigma_hat are those of the step c sigma_hat, not the
+        SE's Sigma and Sigma_hat: docs/theory/gamp.md.)
     input_weight : c >= 1: the input step uses c * sigma_hat (a proximal step tau = 2/(d c sigma_hat), c times
         shorter than GAMP's; the fixed points are the same stationary points). Default 1 without a rank cut
         and 1.5 with one (kappa < 1): at c = 1 the narrow student's fixed point is linearly unstable for every
@@ -467,19 +465,20 @@ def gamp(
         if resid < best:
             best, it_best = resid, it
         elif patience and it - it_best >= patience:
-            # the input weight first (up to max_input_weight with a rank cut, to 1.5 without: an eigenvalue of Y
-            # near the threshold 2 lam switches f' and V on and off, a limit cycle that c > 1 moves it out of),
-            # then the damping; the direct model's denoiser is linear (no threshold): damping only
-            c_first = max_input_weight if rank is not None else min(_C_STALL, max_input_weight)
-            if not direct and c_in < c_first:
-                c_in, it_best = min(1.5 * c_in, c_first), it
+            # with a rank cut the input weight first (up to max_input_weight), then the damping. Without one the
+            # damping first (a raised c changes V at the fixed point: V is then not the SE's Sigma), then c (x 1.5,
+            # eta back to its initial value): at small d an eigenvalue of Y near the threshold 2 lam can switch f'
+            # and V on and off in a limit cycle that no damping ends and c > 1 moves out of. The direct model's
+            # denoiser is linear (no threshold): damping only.
+            if rank is not None and c_in < max_input_weight:
+                c_in, it_best = min(1.5 * c_in, max_input_weight), it
                 damping_changes.append((it, f"input weight {c_in:g}"))
             elif eta > min_damping:
                 eta, it_best = max(0.5 * eta, min_damping), it
                 damping_changes.append((it, f"damping {eta:g}"))
             elif not direct and c_in < max_input_weight:
-                c_in, it_best = min(1.5 * c_in, max_input_weight), it
-                damping_changes.append((it, f"input weight {c_in:g}"))
+                c_in, eta, it_best = min(1.5 * c_in, max_input_weight), float(damping), it
+                damping_changes.append((it, f"input weight {c_in:g}, damping {eta:g}"))
     q_t, m_t = order(S)
     history.append(GAMPIterate(len(history), q_t, m_t, V, float("nan"), float("nan"), float("nan")))
     if damping_changes:
