@@ -153,3 +153,35 @@ def test_zero_iterate_is_not_reported_converged_unless_zero_is_stationary(factor
     assert abs(res.objective - ref.objective) / ref.objective < 1e-8
     if factor > 1:
         assert res.iterations == 1
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, name",
+    [
+        (((0.0, 0.0, 1.0), -1), {}, "iterations"),  # was IndexError
+        (((0.0, 0.0, 1.0), 2.5), {}, "iterations"),  # was silently int(2.5) = 2 iterations
+        (((0.0, 0.0), 2), {}, "x0"),  # was ValueError from a broadcast
+        (((0.0, 0.3, 1.0), 2), {}, "x0"),  # m != 0 with q = 0: was the channel's "covariance not PSD" under "m"
+        (((0.0, 0.0, 1.0), 2, "0.5"), {}, "damping"),  # was TypeError
+        (((0.0, 0.0, 1.0), 2), dict(qmc_log2=-1), "qmc_log2"),  # was TypeError from the Sobol' sampler
+        (((0.0, 0.0, 1.0), 2), dict(replicas=0), "replicas"),  # was "Mean of empty slice" then FloatingPointError
+        (((0.0, 0.0, 1.0), 2), dict(contour_nodes=0), "contour_nodes"),  # was numpy's "deg must be positive"
+    ],
+)
+def test_damped_state_evolution_bad_input_names_the_parameter(args, kwargs, name):
+    from tiedattention.theory.two_time import damped_state_evolution
+
+    pb = Problem.from_options(**REF)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy RuntimeWarning on the way to the error
+        with pytest.raises(ParameterError) as exc:
+            damped_state_evolution(pb, 0.5, *args, **kwargs)
+    assert exc.value.param == name
+
+
+def test_damped_state_evolution_needs_a_problem():
+    from tiedattention.theory.two_time import damped_state_evolution
+
+    with pytest.raises(ParameterError) as exc:
+        damped_state_evolution("mp:0.5", 0.5, (0.0, 0.0, 1.0), 2)
+    assert exc.value.param == "problem"

@@ -37,6 +37,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import ParameterError
+from ..problem import validate_integer, validate_problem
 
 __all__ = [
     "subordination",
@@ -340,14 +341,25 @@ def damped_state_evolution(problem, alpha: float, x0, iterations: int, damping: 
     from .state_evolution import StateEvolution
 
     t_start = time.perf_counter()
-    if not 0 < damping <= 1:
-        raise ParameterError("damping", f"must be in (0, 1] (got {damping!r})")
+    validate_problem(problem)
+    if isinstance(damping, (bool, str)) or not isinstance(damping, (int, float, np.number)) or not 0 < damping <= 1:
+        raise ParameterError("damping", f"must be a number in (0, 1] (got {damping!r})")
+    iterations = validate_integer("iterations", iterations, 0)
+    memory = validate_integer("memory", memory, 1)
+    qmc_log2 = validate_integer("qmc_log2", qmc_log2, 1)
+    replicas = validate_integer("replicas", replicas, 1)
+    contour_nodes = validate_integer("contour_nodes", contour_nodes, 1)
     st = problem.student
     direct = st.model == "direct"
     if not direct and st.kappa < 1:
         raise ParameterError("kappa", "the two-time state evolution covers kappa >= 1 (no rank cut)")
-    x = np.asarray(x0, float)
-    if x[0] != 0.0:
+    try:
+        x = np.asarray(x0, float)
+    except (TypeError, ValueError):
+        x = np.array([])
+    if x.shape != (3,) or not np.all(np.isfinite(x)):
+        raise ParameterError("x0", f"must be the three finite numbers (q, m, Sigma) (got {x0!r})")
+    if x[0] != 0.0 or x[1] != 0.0:
         raise ParameterError("x0", "the two-time state evolution starts from S_0 = 0 (q = m = 0)")
     se = StateEvolution(problem, d=d, channel_options=channel_options)
     measure, lam, q0 = se.measure, st.lam, se.measure.q0
