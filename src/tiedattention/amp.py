@@ -217,7 +217,8 @@ class GAMPResult:
 
     S_hat : (d, d) the last iterate; sigma, sigma_hat : the last V and Sigma_hat (the SE's Sigma and Sigma_hat
     at input_weight 1; with c != 1, V = 2 div f/(d^2 c sigma_hat) belongs to the shorter step, S_hat does not
-    depend on c); converged : the residual met ``tol`` (a step from 0 to 0 only if 0 is stationary); iterations; residual; message; damping : the final eta (adaptive damping may lower it);
+    depend on c); converged : the residual met ``tol`` (a step from 0 to 0 only if 0 is stationary);
+    iterations; residual; message; damping : the final eta (adaptive damping may lower it);
     input_weight : the final c of the input step;
     history : one :class:`GAMPIterate` per iteration (t = 0 is the initialisation); kkt : fixed-point
     residual of the proximal-gradient map of the ERM at S_hat, (1/d)||S - prox_{tau pen}(S - tau grad)||^2 / q
