@@ -94,8 +94,8 @@ def no_sampling(monkeypatch):
 @pytest.mark.parametrize(("param", "kwargs"), [
     ("seeds", {"seeds": "a"}),            # was int()'s ValueError
     ("seeds", {"seeds": None}),           # was a TypeError
-    ("n-test", {"n_test": "a"}),          # was int()'s ValueError
-    ("seed", {"seed0": [0]}),             # was a TypeError
+    ("n_test", {"n_test": "a"}),          # was int()'s ValueError
+    ("seed0", {"seed0": [0]}),            # was a TypeError
     ("rank_tol", {"rank_tol": "a"}),      # was math.isfinite's TypeError
     ("threads", {"threads": "x"}),
     ("d", {"d": "abc"}),

@@ -124,7 +124,7 @@ def test_api_misuse_names_the_parameter():
         ("data", lambda: train(Problem.from_options(task="seq2seq"), data, solver="prox")),
         ("S0", lambda: sample_dataset(pb, 5, 6, 0, S0=np.full((6, 6), np.nan))),
         ("S0", lambda: sample_dataset(pb, 5, 6, 0, S0=np.triu(np.ones((6, 6))))),
-        ("seed", lambda: simulate_record(pb, 0.5, 6, seeds=1, seed0=-1, solver="prox")),
+        ("seed0", lambda: simulate_record(pb, 0.5, 6, seeds=1, seed0=-1, solver="prox")),
         ("seed", lambda: sample_dataset(pb, 5, 6, -1)),
         ("threads", lambda: simulate_record(pb, 0.5, 6, seeds=1, solver="prox", threads=0)),
         ("rank_tol", lambda: simulate_record(pb, 0.5, 6, seeds=1, solver="prox", rank_tol=-1.0)),
@@ -186,7 +186,7 @@ def test_control_designs_refuse_a_bad_alpha(design):
         assert exc.value.param == "alpha"
     with pytest.raises(ParameterError) as exc:
         fn(pb, 0.5, 8, 0, n_test=1)
-    assert exc.value.param == "n-test"
+    assert exc.value.param == "n_test"
 
 
 def test_spectra_keep_one_row_per_seed_when_a_seed_fails():

@@ -48,12 +48,14 @@ def combined_sem(values: np.ndarray, within_sem: np.ndarray) -> float:
 
 def _validate(d: int, seeds: int, solver: str, n_test: int, seed0: int = 0, threads: int | None = None,
               rank_tol: float = 1e-6) -> None:
+    # each ParameterError names simulate_record's argument (n_test, seed0; they read n-test and seed, the CLI's
+    # spellings: the CLI and sweep specs check their own options before calling this, under their own names)
     validate_dimension(d)
     validate_integer("seeds", seeds, 1)
     if solver not in SOLVERS:
         raise ParameterError("solver", unknown_solver(solver))
-    validate_integer("n-test", n_test, 2)
-    validate_integer("seed", seed0, 0)
+    validate_integer("n_test", n_test, 2)
+    validate_integer("seed0", seed0, 0)
     if threads is not None:
         validate_integer("threads", threads, 1)
     try:

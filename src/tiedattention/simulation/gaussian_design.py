@@ -291,7 +291,7 @@ def gaussian_test_errors(
     (exact law, sampled): test_error(_sem) against noisy labels, test_error_clean(_sem) against clean ones.
     ``gram`` (needs ``d``): the Gram-matched design's fresh sequences (logits mixed by the AIM's Gram factors)."""
     if isinstance(n_test, bool) or int(n_test) != n_test or n_test < 2:
-        raise ParameterError("n-test", f"must be an integer >= 2 (got {n_test!r})")
+        raise ParameterError("n_test", f"must be an integer >= 2 (got {n_test!r})")
     if gram and (d is None or int(d) < problem.task.tokens + 1):
         raise ParameterError("d", f"the Gram-matched test errors need the dimension d > T (got {d!r})")
     task, beta = problem.task, problem.student.beta
