@@ -61,8 +61,28 @@ class OneLineErrorsGroup(TyperGroup):
             return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx):  # the command name, then the command's options (parsed in here)
-        with _one_line_usage_errors():
+        with _one_line_usage_errors(), _one_line_warnings():
             return super().invoke(ctx)
+
+
+def warning_line(message: Warning | str, category: type[Warning]) -> str:
+    """A Python warning as the CLI shows it: ``warning: message`` (the category's name where it is not a plain
+    UserWarning or RuntimeWarning: ConvergenceWarning, ...), one line, without the file and source line of
+    Python's default format, which point into the library rather than at the user's input."""
+    text = " ".join(str(message).split())
+    plain = category in (UserWarning, RuntimeWarning)
+    return f"warning: {text}" if plain else f"warning: {category.__name__}: {text}"
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Inside a command, warnings reach stderr as :func:`warning_line` (Python's filters still apply)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda message, category, *_, **__: typer.echo(warning_line(message, category),
+                                                                             err=True)
+        yield
 
 
 app = typer.Typer(

@@ -68,6 +68,11 @@ def matrix_update(
             f"conjugates left the admissible region (q_hat={q_hat:g}, m_hat={m_hat:g}, sigma_hat={sigma_hat:g})"
         )
     delta = math.sqrt(q_hat) / m_hat
+    if not delta < 1e150:  # delta**2 would overflow (m_hat ~ 1e-150: a fixed-point iterate far out, e.g. noise >~ 1e7)
+        raise FloatingPointError(
+            f"conjugates left the admissible region (m_hat={m_hat:g} against q_hat={q_hat:g}: delta = "
+            f"sqrt(q_hat)/m_hat = {delta:g} overflows)"
+        )
     if problem.student.model == "direct":
         den = sigma_hat + RIDGE_FACTOR * lam
         q = (m_hat**2 * q0 + q_hat) / den**2
