@@ -858,6 +858,14 @@ class SoftmaxChannel:
     tol, max_iter : Newton tolerance and iteration cap for the proxes.
     symmetric : fold the T = 2 Gauss-Hermite rule by the token-swap and sign-flip symmetries of the integrand
         (4x fewer nodes, same value up to round-off); False gives the plain tensor rule.
+    conjugates : "jacobian" (default) or "stein": the forms of m_hat and sigma_hat returned (with their error
+        estimates). The Jacobian forms integrate d g/d a and d g/d b: for labels dominated by logit noise
+        (Qz >> Q0) d g/d a is a ridge of width ~1/(beta0 sqrt Qz) along the label's switching lines, which no
+        fixed rule resolves, and tr H (I + sigma H)^-1 has heavy tails where the nonconvex prox is near a fold
+        (I + sigma H nearly singular). The Stein forms E g.(q a - m b)/det and -E g.(Qz b - m a)/det need g alone
+        (docs/theory/channel.md, "Large logit noise"). With "stein", ``stein`` holds the Jacobian forms as the
+        check (keys ``m_hat_jacobian``, ``sigma_hat_jacobian`` and their ``_err``); where det = Qz q - m^2
+        vanishes the Jacobian forms are used.
     """
 
     def __init__(
@@ -876,6 +884,7 @@ class SoftmaxChannel:
         tol: float = 1e-12,
         max_iter: int = 100,
         symmetric: bool = True,
+        conjugates: str = "jacobian",
     ):
         # the rule's options are checked before anything is built (order='x' was int()'s ValueError)
         try:
@@ -903,6 +912,9 @@ class SoftmaxChannel:
         self.dim = 2 * self.n + self.noise_dim
         if rule not in ("auto", "gh", "qmc"):
             raise ParameterError("rule", f"must be auto, gh or qmc (got {rule!r})")
+        if conjugates not in ("jacobian", "stein"):
+            raise ParameterError("conjugates", f"must be jacobian or stein (got {conjugates!r:.60})")
+        self.conjugates = conjugates
         if rule == "auto":
             rule = "gh" if self.dim <= gh_max_dim else "qmc"
         self.rule = rule
@@ -1131,6 +1143,12 @@ class SoftmaxChannel:
             warnings.warn(
                 f"SoftmaxChannel.moments: max prox residual {max_res:.2e} > tol", ConvergenceWarning, stacklevel=2
             )
+        stein = {"m_hat": val["m_hat_stein"], "sigma_hat": val["sigma_hat_stein"], "m_hat_err": err["m_hat_stein"],
+                 "sigma_hat_err": err["sigma_hat_stein"]}
+        if self.conjugates == "stein" and math.isfinite(val["m_hat_stein"]) and math.isfinite(val["sigma_hat_stein"]):
+            for k in ("m_hat", "sigma_hat"):
+                stein[f"{k}_jacobian"], stein[f"{k}_jacobian_err"] = val[k], err[k]
+                val[k], err[k] = val[f"{k}_stein"], err[f"{k}_stein"]
         for k in _KEYS[:6]:
             if not math.isfinite(val[k]):
                 raise FloatingPointError(f"SoftmaxChannel.moments: {k} is not finite")
@@ -1144,12 +1162,7 @@ class SoftmaxChannel:
             error_estimate={k: err[k] for k in _KEYS[:6]},
             prox_residual=max_res,
             prox_iterations=max_it,
-            stein={
-                "m_hat": val["m_hat_stein"],
-                "sigma_hat": val["sigma_hat_stein"],
-                "m_hat_err": err["m_hat_stein"],
-                "sigma_hat_err": err["sigma_hat_stein"],
-            },
+            stein=stein,
             jac_sq=val["jac_sq"] if jacobian else None,
             jac_sq_error=err["jac_sq"] if jacobian else None,
             branch_share=val["branch"] / val["q_hat"] * two_a if val["q_hat"] > 0 else 0.0,

@@ -57,6 +57,11 @@ ROUGH_QMC = {"rule": "qmc", "qmc_log2": 14, "replicas": 4}
 ROUGH_FLOOR_STOP = 0.1
 ROUGH_STALL = 15
 ROUGH_MAX_ITER = 80  # per stage; then the floor_factor acceptance decides (each cold call ~0.1-0.4 s)
+# T = 2 with labels dominated by logit noise (Delta/2 >= NOISE_STEIN * Q0): the Jacobian forms of m_hat and sigma_hat
+# are wrong there (docs/theory/state_evolution.md, "Large logit noise"); the point is solved with the QMC rule of
+# ROUGH_QMC and the Stein forms of the conjugates instead
+NOISE_STEIN = 0.5
+NOISE_QMC = {**ROUGH_QMC, "conjugates": "stein"}
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
@@ -344,6 +349,12 @@ class StateEvolution:
         self.branch_switch = None if branch_switch is None or self._qmc else float(branch_switch)
         self.rough_options = {**ROUGH_QMC, **(rough_options or {})}
         self._rough: StateEvolution | None = None
+        # T = 2 Gauss-Hermite with noise-dominated labels (the user chose neither the rule nor the conjugates' form):
+        # solved by the QMC rule with the Stein forms (_noise_solver)
+        user = channel_options or {}
+        self._noisy = (not self._qmc and "rule" not in user and "conjugates" not in user
+                       and problem.task.noise / 2 >= NOISE_STEIN * self.q0)
+        self._noise: StateEvolution | None = None
         self._orders: dict = {}  # Gauss-Hermite solvers at other orders (fixed-point error, raised order)
         # secant pairs of the last stage of the last solve, and those to seed the next solve's first stage with:
         # a neighbouring order's map has nearly the same Jacobian (a re-solve from the answer then takes ~2 steps)
@@ -528,6 +539,16 @@ class StateEvolution:
         return self._observables(alpha, x, ch, ms, True, 1, 0.0, "", phase="zero")
 
     def _solve_regular(self, alpha: float, init, zero_test: bool = True) -> SEResult:
+        if self._noisy:
+            noisy = self._noise_solver()
+            out = noisy._solve_regular(alpha, init, zero_test)
+            note = (f"{noisy._quadrature} rule with the Stein forms of m_hat, sigma_hat: logit noise Delta/2 = "
+                    f"{self.problem.task.noise / 2:.3g} >= {NOISE_STEIN:g} Q0 (Q0 = {self.q0:.3g})")
+            if not out.converged and init is None:
+                note += ("; a start from the fixed point at a smaller Delta (solve(alpha, init=...)) converges where "
+                         "the cold start oscillates (Delta = 1e6 from 1e5)")
+            out.message = f"{out.message}; {note}" if out.message else note
+            return out
         try:
             res = self._solve_regular_staged(alpha, init, zero_test)
         finally:  # outside a solve, _map is the plain cold map (amp.py uses it)
@@ -726,6 +747,24 @@ class StateEvolution:
             rough._floor_stop = ROUGH_FLOOR_STOP
             self._rough = rough
         return self._rough
+
+    def _noise_solver(self) -> StateEvolution:
+        """The solver of the T = 2 points with noise-dominated labels: the QMC rule NOISE_QMC (Stein forms of the
+        conjugates), warm stages then a cold accurate stage stopped at a tenth of the rule's own error (as
+        :meth:`_rough_solver`). docs/theory/state_evolution.md, "Large logit noise"."""
+        if self._noise is None:
+            d, kw = self.d, self._solver_args
+            kw = {**kw, "max_iter": min(kw["max_iter"], ROUGH_MAX_ITER)}
+            keep = ("qmc_log2", "replicas", "seed", "tol", "max_iter")  # the user's QMC and prox options
+            options = {**NOISE_QMC, **{k: v for k, v in self._channel_options.items() if k in keep}}
+            with _inner_solver():
+                noisy = StateEvolution(self.problem, d=d, channel_options=options, stall=ROUGH_STALL,
+                                       root_fallback=False, branch_switch=None, warm_start=self.warm_start,
+                                       fixed_point_errors=self.fixed_point_errors, **kw)
+            noisy._cold_accurate = True
+            noisy._floor_stop = ROUGH_FLOOR_STOP
+            self._noise = noisy
+        return self._noise
 
     def _solve_regular_staged(self, alpha: float, init, zero_test: bool = True) -> SEResult:
         self._low_seed = None
@@ -1175,8 +1214,8 @@ def _warn_degenerate(problem: Problem, q0: float, channel_options: dict | None) 
     """A RuntimeWarning, before any work, for problems where one SE point takes minutes (measured at alpha = 0.5,
     the default problem otherwise): a softmax far sharper than the channel quadrature resolves (beta = 12: 54 s at
     order 64, converged; beta = 1000: order 12000 wanted, 64 used, 30 s to build the rules and 1-3 s per map
-    evaluation, > 2 min without converging) and labels that are pure noise (Delta = 1e6: 25 s; 1e8 and 1e10: > 2 min,
-    the iteration wandering far from the physical overlaps; the observables hardly change beyond Delta ~ 1e4)."""
+    evaluation, > 2 min without converging) and labels that are pure noise (Delta = 1e6: stalls after ~3.5 min;
+    docs/theory/state_evolution.md, "Large logit noise"; the observables hardly change beyond Delta ~ 1e4)."""
     if _INNER[0]:
         return
     task, sharp = problem.task, max(problem.student.beta, problem.task.beta0)
@@ -1193,7 +1232,7 @@ def _warn_degenerate(problem: Problem, q0: float, channel_options: dict | None) 
         warnings.warn(f"noise = {task.noise:g}: the labels are pure noise (logit-noise variance Delta/2 = "
                       f"{task.noise / 2:.3g} vs the target's Q0 = {q0:.3g}): the state evolution converges slowly or "
                       "not at all there (minutes a point); its observables hardly change beyond Delta ~ 1e4 (the "
-                      "default problem at alpha = 0.5: test error 1.4898 at Delta = 1e4, 1.4923 at 1e6)",
+                      "default problem at alpha = 0.5: test error 1.792 at Delta = 1e4, 1.804 at 1e5; 1e6 stalls)",
                       RuntimeWarning, stacklevel=3)
 
 
