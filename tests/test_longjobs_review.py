@@ -46,7 +46,8 @@ def test_interrupt_with_long_cells_in_flight_exits_at_once_and_resumes(tmp_path,
                PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([sys.executable, "-c", CLI, "sweep", str(spec_path), "--out", str(store.root),
                              "--workers", "2", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+                            text=True, env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # (see test_sweep_local)
     try:
         deadline = time.monotonic() + 90
         while not (len(store.done_keys()) == 1 and (tmp_path / "started-0.2").exists()):

@@ -43,10 +43,17 @@ def _expected_values(spec) -> list[float]:
     return [_unit_hash(canonical_json(c.params)) for c in spec.cells]
 
 
+def _sigint_default() -> None:
+    """In the child before exec: SIGINT back to its default disposition. A test run started as a background job
+    of a shell without job control (``make test &``, nohup) inherits SIGINT *ignored*, and Python then installs no
+    KeyboardInterrupt handler, so the Ctrl-C test's signal was dropped and the sweep ran to its end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", CLI, "sweep", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True, **kw,
+        text=True, start_new_session=True, preexec_fn=_sigint_default, **kw,
     )
 
 
