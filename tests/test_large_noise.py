@@ -85,3 +85,20 @@ def test_se_test_error_matches_the_erm_at_noise_10():
     assert res.converged
     # finite d: the ERM's O(1/d) bias and seed spread (sem 0.012) allow a few hundredths
     assert abs(res.test_error - erm["test_error_mean"]) <= 0.06
+
+
+@pytest.mark.slow
+def test_noise_dominated_limit_m_hat_falls_like_inverse_sqrt_noise():
+    # Delta -> infinity: the labels depend on the teacher only through the signs of its logits, so at a fixed point
+    # that no longer moves (q 22.45 -> 22.39) m_hat falls like 1/sqrt(Delta) and the test error tends to a constant.
+    # Before: Gauss-Hermite m_hat sat at ~4.3e-4 from Delta = 1e4 to 2e6; then the cold start at 1e6 oscillated
+    # (not converged) until the continuation from Delta = 1e5.
+    from tiedattention.theory.state_evolution import StateEvolution
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r5, r6 = (StateEvolution(Problem.from_options(noise=noise)).solve(0.5) for noise in (1e5, 1e6))
+    assert r5.converged and r6.converged
+    assert r6.q == pytest.approx(r5.q, rel=0.05)
+    assert r6.m_hat / r5.m_hat == pytest.approx(1 / math.sqrt(10), rel=0.1)
+    assert abs(r6.test_error - r5.test_error) <= 0.02

@@ -544,9 +544,21 @@ class StateEvolution:
             out = noisy._solve_regular(alpha, init, zero_test)
             note = (f"{noisy._quadrature} rule with the Stein forms of m_hat, sigma_hat: logit noise Delta/2 = "
                     f"{self.problem.task.noise / 2:.3g} >= {NOISE_STEIN:g} Q0 (Q0 = {self.q0:.3g})")
-            if not out.converged and init is None:
-                note += ("; a start from the fixed point at a smaller Delta (solve(alpha, init=...)) converges where "
-                         "the cold start oscillates (Delta = 1e6 from 1e5)")
+            lower = self.problem.task.noise / 10
+            if not out.converged and init is None and lower / 2 >= NOISE_STEIN * self.q0:
+                # the cold start can oscillate far from the fixed point (Delta = 1e6, docs): continuation in Delta,
+                # from the point solved at Delta / 10 (itself by continuation if its cold start fails)
+                with _inner_solver():
+                    below = StateEvolution(self.problem.with_options(noise=lower), d=self.d,
+                                           channel_options=self._channel_options, warm_start=self.warm_start,
+                                           fixed_point_errors=self.fixed_point_errors, **self._solver_args)
+                base = below._solve_regular(alpha, None, zero_test)
+                if base.converged and base.phase == "regular":
+                    again = noisy._solve_regular(alpha, base.x, zero_test)
+                    again.iterations += out.iterations + base.iterations
+                    if again.converged:
+                        out = again
+                        note += f"; cold start stalled, continued from the fixed point at Delta = {lower:g}"
             out.message = f"{out.message}; {note}" if out.message else note
             return out
         try:
