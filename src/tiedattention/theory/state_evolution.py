@@ -1226,8 +1226,9 @@ def _warn_degenerate(problem: Problem, q0: float, channel_options: dict | None) 
     """A RuntimeWarning, before any work, for problems where one SE point takes minutes (measured at alpha = 0.5,
     the default problem otherwise): a softmax far sharper than the channel quadrature resolves (beta = 12: 54 s at
     order 64, converged; beta = 1000: order 12000 wanted, 64 used, 30 s to build the rules and 1-3 s per map
-    evaluation, > 2 min without converging) and labels that are pure noise (Delta = 1e6: stalls after ~3.5 min;
-    docs/theory/state_evolution.md, "Large logit noise"; the observables hardly change beyond Delta ~ 1e4)."""
+    evaluation, > 2 min without converging) and labels that are pure noise (Delta = 1e7: 50 s, 1e8: 77 s, by
+    continuation in Delta, docs/theory/state_evolution.md, "Large logit noise"; the observables hardly change
+    beyond Delta ~ 1e4)."""
     if _INNER[0]:
         return
     task, sharp = problem.task, max(problem.student.beta, problem.task.beta0)
@@ -1242,9 +1243,10 @@ def _warn_degenerate(problem: Problem, q0: float, channel_options: dict | None) 
                       RuntimeWarning, stacklevel=3)
     if task.noise > 2 * NOISE_WARN * q0:
         warnings.warn(f"noise = {task.noise:g}: the labels are pure noise (logit-noise variance Delta/2 = "
-                      f"{task.noise / 2:.3g} vs the target's Q0 = {q0:.3g}): the state evolution converges slowly or "
-                      "not at all there (minutes a point); its observables hardly change beyond Delta ~ 1e4 (the "
-                      "default problem at alpha = 0.5: test error 1.792 at Delta = 1e4, 1.804 at 1e5; 1e6 stalls)",
+                      f"{task.noise / 2:.3g} vs the target's Q0 = {q0:.3g}): the state evolution converges "
+                      "slowly there (about a minute a point, by continuation in Delta); its observables hardly "
+                      "change beyond Delta ~ 1e4 (the default problem at alpha = 0.5: test error 1.792 at Delta = 1e4, "
+                      "1.809 at 1e7)",
                       RuntimeWarning, stacklevel=3)
 
 
