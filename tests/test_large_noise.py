@@ -102,3 +102,16 @@ def test_noise_dominated_limit_m_hat_falls_like_inverse_sqrt_noise():
     assert r6.q == pytest.approx(r5.q, rel=0.05)
     assert r6.m_hat / r5.m_hat == pytest.approx(1 / math.sqrt(10), rel=0.1)
     assert abs(r6.test_error - r5.test_error) <= 0.02
+
+
+@pytest.mark.slow
+def test_hybr_fallback_far_out_is_a_non_converged_point_not_a_traceback():
+    """lambda = 1e-4, alpha = 0.05 with the QMC rule and the Stein forms from the cold start: the hybr fallback
+    stepped to log q ~ 1e3 and math.exp overflowed (an OverflowError traceback out of solve, session 12). Now the
+    map's failure there counts as a large residual, like a FloatingPointError: a result, converged or not."""
+    from tiedattention.theory import StateEvolution
+
+    se = StateEvolution(Problem.from_options(lam=1e-4),
+                        channel_options={"rule": "qmc", "qmc_log2": 14, "conjugates": "stein"})
+    res = se.solve(0.05)  # raised OverflowError before
+    assert (res.converged and math.isfinite(res.test_error)) or (not res.converged and res.message), res

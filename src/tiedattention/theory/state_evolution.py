@@ -920,7 +920,7 @@ class StateEvolution:
             nfev += 1
             try:
                 gy, _, _ = self._g(alpha, y)
-            except (FloatingPointError, ParameterError):
+            except (ArithmeticError, ParameterError):  # (an OverflowError of exp(y) far out was a traceback)
                 return np.full(3, 1e3)
             return gy - y
 
