@@ -429,8 +429,8 @@ def _point_channel(se: StateEvolution, res: SEResult):
     quad = res.quadrature or ""
     if quad.startswith("gh") and base.rule == "gh" and quad[2:].isdigit() and int(quad[2:]) != base.order:
         return se._order_solver(int(quad[2:])).channel_final
-    if quad.startswith("qmc") and base.rule == "gh":
-        return se._rough_solver().channel_final
+    if quad.startswith("qmc") and base.rule == "gh":  # the large-noise route's rule, or the peak's QMC re-solve
+        return se._noise_solver().channel_final if se._noisy else se._rough_solver().channel_final
     return base
 
 
