@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
 from dataclasses import fields
 from typing import Any
 
-from ..errors import ParameterError
-from ..problem import Problem, validate_alpha, validate_problem
-from .state_evolution import SEResult, StateEvolution
+from ..problem import Problem, validate_problem
+from .state_evolution import SEResult, StateEvolution, _alphas, unknown_option  # (one parser each, shared)
+
+STATE_EVOLUTION_OPTIONS = frozenset(
+    n for n in inspect.signature(StateEvolution.__init__).parameters if n not in ("self", "problem", "d", "unknown"))
 
 CONTRACT_KEYS = (
     "alpha", "alpha_bar", "q", "m", "sigma", "q_hat", "m_hat", "sigma_hat", "mse", "test_error",
@@ -38,30 +39,11 @@ def result_of(record: dict[str, Any]) -> SEResult:
 
 def check_options(options: dict[str, Any]) -> None:
     """The keyword options :class:`StateEvolution` takes (tol, accuracy, max_iter, ...): any other is a
-    ParameterError naming it (it was Python's TypeError from ``StateEvolution.__init__``)."""
-    import difflib
-
-    known = [n for n in inspect.signature(StateEvolution.__init__).parameters if n not in ("self", "problem", "d")]
+    ParameterError naming it (it was Python's TypeError from ``StateEvolution.__init__``); the message is
+    :func:`~tiedattention.theory.state_evolution.unknown_option`'s, as ``StateEvolution(..., typo=...)`` gives."""
     for name in sorted(options):
-        if name not in known:
-            if name in ("order", "gh_order", "quadrature_order"):
-                hint = "; the Gauss-Hermite order (the CLI's --order) is channel_options={'order': N}"
-            else:
-                close = difflib.get_close_matches(name, known, n=1) or [k for k in known if name.startswith(k)]
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ParameterError(name, f"is not an option of the state evolution (its options: {', '.join(known)})"
-                                 f"{hint}")
-
-
-def _alphas(alphas: Any) -> list[float]:
-    """A list of alphas from a list / array of numbers, or one number (a one-point curve)."""
-    if isinstance(alphas, (str, bytes)):
-        raise ParameterError("alpha", f"must be a number or a list of numbers (got {alphas!r}); the CLI's "
-                             "'a,b,c' and 'start:stop:num' are strings of the shell, here write [a, b, c] or "
-                             "numpy.geomspace(start, stop, num)")
-    if isinstance(alphas, Iterable):
-        return [validate_alpha(a) for a in alphas]
-    return [validate_alpha(alphas)]
+        if name not in STATE_EVOLUTION_OPTIONS:
+            raise unknown_option(name)
 
 
 def theory_records(problem: Problem, alphas, d: int | None = None, progress=None, **options) -> list[dict]:
