@@ -75,3 +75,17 @@ def design_checks():
         assert float(ev_S.max()) > 0
 
     return type("DesignChecks", (), {"gradient": staticmethod(gradient), "kkt": staticmethod(kkt)})
+
+
+@pytest.fixture
+def no_sampling(monkeypatch):
+    """``simulate_record`` with sampling a data set failing the test: bad arguments must be refused before it
+    samples (or trains) anything (tests/test_api_review.py, tests/test_api_review2.py)."""
+    pytest.importorskip("torch")
+    import tiedattention.simulation.api as api
+
+    def fail(*args, **kwargs):
+        raise AssertionError("sampled a data set before validating the arguments")
+
+    monkeypatch.setattr(api, "sample_dataset", fail)
+    return api.simulate_record

@@ -78,19 +78,6 @@ def test_option_names_are_from_options_keywords():
 
 
 # ------------------------------------------------------------------------------------------- simulation/api.py
-@pytest.fixture
-def no_sampling(monkeypatch):
-    """simulate_record must refuse bad input before it samples (or trains) anything."""
-    pytest.importorskip("torch")
-    import tiedattention.simulation.api as api
-
-    def fail(*args, **kwargs):
-        raise AssertionError("sampled a data set before validating the arguments")
-
-    monkeypatch.setattr(api, "sample_dataset", fail)
-    return api.simulate_record
-
-
 @pytest.mark.parametrize(("param", "kwargs"), [
     ("seeds", {"seeds": "a"}),            # was int()'s ValueError
     ("seeds", {"seeds": None}),           # was a TypeError

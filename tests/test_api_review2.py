@@ -9,18 +9,9 @@ import warnings
 from types import SimpleNamespace
 
 import pytest
+from test_api_review import raises_parameter_error  # (one ParameterError naming the parameter, nothing chained)
 
-from tiedattention import ParameterError, Problem
-
-
-def raises_parameter_error(param: str, fn, *args, **kwargs) -> ParameterError:
-    """``fn(*args, **kwargs)`` raises one ParameterError naming ``param``, nothing chained."""
-    with pytest.raises(ParameterError) as info:
-        fn(*args, **kwargs)
-    err = info.value
-    assert err.param == param, (err.param, str(err))
-    assert err.__cause__ is None and (err.__context__ is None or err.__suppress_context__), repr(err.__context__)
-    return err
+from tiedattention import Problem
 
 
 @pytest.fixture
@@ -239,19 +230,6 @@ def test_seresult_repr_is_short_and_readable():
 
 
 # ------------------------------------------------------------------------------------------ simulation/trainers.py
-@pytest.fixture
-def no_sampling(monkeypatch):
-    """simulate_record, with sampling a data set failing the test: arguments must be refused before it."""
-    pytest.importorskip("torch")
-    import tiedattention.simulation.api as api
-
-    def fail(*args, **kwargs):
-        raise AssertionError("sampled a data set before validating the arguments")
-
-    monkeypatch.setattr(api, "sample_dataset", fail)
-    return api.simulate_record
-
-
 @pytest.mark.parametrize(("solver", "name", "value"), [
     ("adam", "lr", -1),               # was torch's ValueError('Invalid learning rate: -1')
     ("adam", "lr", "a"),
