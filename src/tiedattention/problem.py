@@ -25,7 +25,7 @@ from .errors import ParameterError
 from .targets import Target, parse_target
 
 __all__ = ["Task", "Student", "Problem", "alpha_bar", "alpha_from_bar", "validate_alpha", "validate_integer",
-           "validate_problem", "TASKS", "MODELS", "OPTIONS"]
+           "validate_number", "validate_problem", "TASKS", "MODELS", "OPTIONS"]
 
 TASKS = ("seq2lab", "seq2seq")
 MODELS = ("factorized", "direct")
@@ -54,6 +54,25 @@ def validate_integer(name: str, value: Any, minimum: int) -> int:
     if not (math.isfinite(v) and v.is_integer() and v >= minimum):
         raise ParameterError(name, f"must be an integer >= {minimum} (got {value!r})")
     return int(v)
+
+
+def validate_number(name: str, value: Any, lower: float, *, closed: bool = False, upper: float | None = None,
+                    none: bool = False) -> float | None:
+    """The one check of a numeric solver option: a finite number > ``lower`` (>= with ``closed``; <= ``upper``;
+    None allowed with ``none``), not a bool or a string, returned as a float; anything else a ParameterError
+    naming it."""
+    if value is None and none:
+        return None
+    try:
+        v = float(value) if not isinstance(value, (bool, str, bytes)) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        v = math.nan
+    ok = math.isfinite(v) and (v >= lower if closed else v > lower) and (upper is None or v <= upper)
+    if not ok:
+        bound = (f"in {'[' if closed else '('}{lower:g}, {upper:g}]" if upper is not None
+                 else f"{'>=' if closed else '>'} {lower:g}")
+        raise ParameterError(name, f"must be a number {bound}{' (or None)' if none else ''} (got {value!r:.60})")
+    return v
 
 
 def _unknown_option(name: str, known: list[str]) -> ParameterError:

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import ParameterError
-from ..problem import Problem, validate_integer, validate_problem
+from ..problem import Problem, validate_integer, validate_number, validate_problem
 from .models import Objective, TorchData, logits_S, sym
 from .sampler import Dataset, rng_for
 
@@ -157,16 +157,6 @@ _OPTION_SPECS: dict[str, dict[str, tuple[str, Any]]] = {
 }
 
 
-def _number(name: str, value: Any, lower: float, closed: bool) -> float:
-    try:
-        v = float(value) if not isinstance(value, (bool, str, bytes)) else math.nan
-    except (TypeError, ValueError, OverflowError):
-        v = math.nan
-    if not (math.isfinite(v) and (v >= lower if closed else v > lower)):
-        raise ParameterError(name, f"must be a number {'>=' if closed else '>'} {lower:g} (got {value!r:.60})")
-    return v
-
-
 def _checked_option(name: str, value: Any, kind: str, bound: Any) -> Any:
     if kind.startswith("opt_"):
         if value is None:
@@ -175,7 +165,7 @@ def _checked_option(name: str, value: Any, kind: str, bound: Any) -> Any:
     if kind == "int":
         return validate_integer(name, value, bound)
     if kind in ("pos", "nonneg"):
-        return _number(name, value, bound, closed=kind == "nonneg")
+        return validate_number(name, value, bound, closed=kind == "nonneg")
     if kind == "choice":
         if value not in bound:
             raise ParameterError(name, f"must be {', '.join(bound[:-1])} or {bound[-1]} (got {value!r:.60})")

@@ -42,7 +42,7 @@ import numpy as np
 from scipy import optimize
 
 from ..errors import ConvergenceWarning, ParameterError
-from ..problem import Problem, alpha_bar, validate_alpha, validate_integer, validate_problem
+from ..problem import Problem, alpha_bar, validate_alpha, validate_integer, validate_number, validate_problem
 from .channel import MAX_GH_ORDER, ChannelParams, SoftmaxChannel, check_channel_options
 from .denoisers import matrix_update
 from .spectral import FreeConvolution
@@ -65,23 +65,6 @@ NOISE_QMC = {**ROUGH_QMC, "conjugates": "stein"}
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
-
-def _number(name: str, value: Any, lower: float, *, closed: bool = False, upper: float | None = None,
-            none: bool = False) -> float | None:
-    """A solver option that is a finite number > ``lower`` (>= with ``closed``; <= ``upper``; None allowed with
-    ``none``), as a float; anything else a ParameterError naming it."""
-    if value is None and none:
-        return None
-    try:
-        v = float(value) if not isinstance(value, (bool, str, bytes)) else math.nan
-    except (TypeError, ValueError, OverflowError):
-        v = math.nan
-    ok = math.isfinite(v) and (v >= lower if closed else v > lower) and (upper is None or v <= upper)
-    if not ok:
-        bound = f"in ({lower:g}, {upper:g}]" if upper is not None else f"{'>=' if closed else '>'} {lower:g}"
-        raise ParameterError(name, f"must be a number {bound}{' (or None)' if none else ''} (got {value!r:.60})")
-    return v
-
 
 def unknown_option(name: str) -> ParameterError:
     """A keyword the state evolution does not take: name it, list those it takes, and say which was meant."""
@@ -293,20 +276,20 @@ class StateEvolution:
         if unknown:
             raise unknown_option(sorted(unknown)[0])
         validate_problem(problem)
-        tol = _number("tol", tol, 0.0)
+        tol = validate_number("tol", tol, 0.0)
         max_iter = validate_integer("max_iter", max_iter, 1)
-        damping = _number("damping", damping, 0.0, upper=1.0)
+        damping = validate_number("damping", damping, 0.0, upper=1.0)
         anderson = validate_integer("anderson", anderson, 0)
-        max_step = _number("max_step", max_step, 0.0)
+        max_step = validate_number("max_step", max_step, 0.0)
         stall = validate_integer("stall", stall, 1)
-        floor_factor = _number("floor_factor", floor_factor, 0.0, closed=True)
-        max_floor = _number("max_floor", max_floor, 0.0, closed=True)
-        coarse_tol = _number("coarse_tol", coarse_tol, 0.0, none=True)
+        floor_factor = validate_number("floor_factor", floor_factor, 0.0, closed=True)
+        max_floor = validate_number("max_floor", max_floor, 0.0, closed=True)
+        coarse_tol = validate_number("coarse_tol", coarse_tol, 0.0, none=True)
         if coarse_spectral_nodes is not None:
             coarse_spectral_nodes = validate_integer("coarse_spectral_nodes", coarse_spectral_nodes, 1)
-        pre_tol = _number("pre_tol", pre_tol, 0.0, closed=True)
-        branch_switch = _number("branch_switch", branch_switch, 0.0, closed=True, none=True)
-        accuracy = _number("accuracy", accuracy, 0.0, none=True)
+        pre_tol = validate_number("pre_tol", pre_tol, 0.0, closed=True)
+        branch_switch = validate_number("branch_switch", branch_switch, 0.0, closed=True, none=True)
+        accuracy = validate_number("accuracy", accuracy, 0.0, none=True)
         max_order = validate_integer("max_order", max_order, 2)
         for name, value in (("channel_options", channel_options), ("rough_options", rough_options),
                             ("coarse_options", coarse_options)):
