@@ -729,36 +729,33 @@ class StateEvolution:
         err["fixed_point_amplification"] = float(np.max(np.abs(amp).sum(axis=1)))
         res.errors.update(err)
 
+    def _qmc_resolver(self, channel_options: dict) -> StateEvolution:
+        """A QMC solver of this problem (same tolerances) that re-solves points the Gauss-Hermite rule cannot:
+        warm stages, then a cold accurate stage stopped at a tenth of the rule's own error."""
+        d, kw = self.d, self._solver_args
+        kw = {**kw, "max_iter": min(kw["max_iter"], ROUGH_MAX_ITER)}
+        with _inner_solver():
+            solver = StateEvolution(self.problem, d=d, channel_options=channel_options, stall=ROUGH_STALL,
+                                    root_fallback=False, branch_switch=None, warm_start=self.warm_start,
+                                    fixed_point_errors=self.fixed_point_errors, **kw)
+        solver._cold_accurate = True
+        solver._floor_stop = ROUGH_FLOOR_STOP
+        return solver
+
     def _rough_solver(self) -> StateEvolution:
-        """The QMC solver of the points the Gauss-Hermite rule cannot resolve (same problem and tolerances)."""
+        """The QMC solver of the points the Gauss-Hermite rule cannot resolve (``rough_options``)."""
         if self._rough is None:
-            d, kw = self.d, self._solver_args
-            kw = {**kw, "max_iter": min(kw["max_iter"], ROUGH_MAX_ITER)}
-            with _inner_solver():
-                rough = StateEvolution(self.problem, d=d, channel_options=self.rough_options, stall=ROUGH_STALL,
-                                       root_fallback=False, branch_switch=None, warm_start=self.warm_start,
-                                       fixed_point_errors=self.fixed_point_errors, **kw)
-            rough._cold_accurate = True
-            rough._floor_stop = ROUGH_FLOOR_STOP
-            self._rough = rough
+            self._rough = self._qmc_resolver(self.rough_options)
         return self._rough
 
     def _noise_solver(self) -> StateEvolution:
-        """The solver of the T = 2 points with noise-dominated labels: the QMC rule NOISE_QMC (Stein forms of the
-        conjugates), warm stages then a cold accurate stage stopped at a tenth of the rule's own error (as
-        :meth:`_rough_solver`). docs/theory/state_evolution.md, "Large logit noise"."""
+        """The solver of the T = 2 points with noise-dominated labels: the QMC rule NOISE_QMC with the Stein forms
+        of the conjugates (and the user's QMC and prox options). docs/theory/state_evolution.md, "Large logit
+        noise"."""
         if self._noise is None:
-            d, kw = self.d, self._solver_args
-            kw = {**kw, "max_iter": min(kw["max_iter"], ROUGH_MAX_ITER)}
-            keep = ("qmc_log2", "replicas", "seed", "tol", "max_iter")  # the user's QMC and prox options
-            options = {**NOISE_QMC, **{k: v for k, v in self._channel_options.items() if k in keep}}
-            with _inner_solver():
-                noisy = StateEvolution(self.problem, d=d, channel_options=options, stall=ROUGH_STALL,
-                                       root_fallback=False, branch_switch=None, warm_start=self.warm_start,
-                                       fixed_point_errors=self.fixed_point_errors, **kw)
-            noisy._cold_accurate = True
-            noisy._floor_stop = ROUGH_FLOOR_STOP
-            self._noise = noisy
+            keep = ("qmc_log2", "replicas", "seed", "tol", "max_iter")
+            self._noise = self._qmc_resolver(
+                {**NOISE_QMC, **{k: v for k, v in self._channel_options.items() if k in keep}})
         return self._noise
 
     def _solve_regular_staged(self, alpha: float, init, zero_test: bool = True) -> SEResult:
