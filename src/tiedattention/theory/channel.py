@@ -31,7 +31,7 @@ import numpy as np
 from scipy.special import expit, ndtri
 
 from ..errors import ConvergenceWarning, ParameterError
-from ..problem import validate_integer
+from ..problem import validate_integer, validate_number
 
 __all__ = [
     "ChannelParams",
@@ -898,13 +898,8 @@ class SoftmaxChannel:
         seed = validate_integer("seed", seed, 0)
         gh_max_dim = validate_integer("gh_max_dim", gh_max_dim, 0)
         max_iter = validate_integer("max_iter", max_iter, 1)
-        for name, value in (("prune", prune), ("tol", tol)):
-            try:
-                ok = not isinstance(value, (bool, str)) and math.isfinite(float(value)) and float(value) >= 0
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise ParameterError(name, f"must be a number >= 0 (got {value!r:.60})")
+        prune = validate_number("prune", prune, 0.0, closed=True)
+        tol = validate_number("tol", tol, 0.0, closed=True)
         self.params = params
         T = params.tokens
         self.n = params.n_logits - 1  # reduced dimension
