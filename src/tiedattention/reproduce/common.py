@@ -208,8 +208,35 @@ def concat(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
 # --------------------------------------------------------------------------------------------------
 # plotting
 # --------------------------------------------------------------------------------------------------
-def pyplot():
-    """matplotlib.pyplot on the Agg backend (imported lazily: matplotlib is an optional dependency)."""
+#: width of every figure in inches: a paper's text width, so that a figure set at that width prints each font
+#: at its own size (a 14 in figure at 7 in halves them); fonts below are in points
+WIDTH = 7.0
+#: the smallest font of any figure (legends, insets, captions, mode numbers): legible in print
+SMALL_PT = 6.5
+#: PNG resolution: 1400 px across at WIDTH
+DPI = 200
+
+
+#: rcParams of the study's figures (``pyplot(paper=True)``): sized for :data:`WIDTH`, fonts in points as printed
+PAPER_STYLE = {
+    "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 7.5, "legend.fontsize": SMALL_PT, "xtick.labelsize": 7,
+    "ytick.labelsize": 7, "figure.titlesize": 8.5, "savefig.dpi": DPI, "figure.dpi": 100, "lines.linewidth": 1.3,
+    "lines.markersize": 4.0, "legend.handlelength": 1.8, "legend.borderaxespad": 0.4, "legend.labelspacing": 0.35,
+    "axes.titlepad": 4.0, "axes.labelpad": 2.5,
+}
+#: the same keys for the screen plots of ``theory`` / ``simulate`` / ``phase --out`` (``pyplot()``): 10 in wide
+SCREEN_STYLE = {
+    "font.size": 9, "axes.titlesize": 9.5, "axes.labelsize": 9, "legend.fontsize": 7.5, "xtick.labelsize": 8,
+    "ytick.labelsize": 8, "figure.titlesize": "large", "savefig.dpi": 110, "figure.dpi": 110, "lines.linewidth": 1.5,
+    "lines.markersize": 6.0, "legend.handlelength": 2.0, "legend.borderaxespad": 0.5, "legend.labelspacing": 0.5,
+    "axes.titlepad": 6.0, "axes.labelpad": 4.0,
+}
+
+
+def pyplot(paper: bool = False):
+    """matplotlib.pyplot on the Agg backend (imported lazily: matplotlib is an optional dependency) with the
+    style of the screen plots, or with ``paper`` that of the study's figures (:data:`PAPER_STYLE`: 8 pt text
+    and titles, 7 pt ticks, :data:`SMALL_PT` legends, legible when a :data:`WIDTH` in figure is printed)."""
     try:
         import matplotlib
     except ImportError:
@@ -217,12 +244,57 @@ def pyplot():
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({
-        "font.size": 9, "axes.titlesize": 9.5, "axes.labelsize": 9, "legend.fontsize": 7.5,
-        "xtick.labelsize": 8, "ytick.labelsize": 8, "axes.grid": True, "grid.alpha": 0.25,
-        "savefig.dpi": 110, "figure.dpi": 110, "lines.linewidth": 1.5,
-    })
+    plt.rcParams.update({"axes.grid": True, "grid.alpha": 0.25, **(PAPER_STYLE if paper else SCREEN_STYLE)})
     return plt
+
+
+def figure(plt, panels: int, height: float, legend_row: float = 0.0, **grid: Any):
+    """A figure :data:`WIDTH` wide with ``panels`` axes of ``height`` inches per row: one row of one or two
+    panels; three in two rows of two, the fourth cell left empty for legends (:func:`legend_in`). With
+    ``legend_row`` (inches), one or two panels get an empty row of that height under them, for their legends.
+    Returns (fig, axes, spare) with ``spare`` the empty cell (axis off) or None."""
+    rows = 1 if panels <= 2 else 2
+    heights = [height] * rows + ([legend_row] if legend_row and panels <= 2 else [])
+    fig = plt.figure(figsize=(WIDTH, sum(heights)))
+    gs = fig.add_gridspec(len(heights), 2 if panels > 1 else 1, height_ratios=heights, **grid)
+    axes = [fig.add_subplot(gs[i // 2, i % 2] if panels > 1 else gs[0, 0]) for i in range(panels)]
+    spare = None
+    if panels == 3:
+        spare = fig.add_subplot(gs[1, 1])
+    elif len(heights) > rows:
+        spare = fig.add_subplot(gs[rows, :])
+    if spare is not None:
+        spare.axis("off")
+    return fig, axes, spare
+
+
+def legend_in(cell, *groups: tuple[str | None, Any], **kw: Any):
+    """One legend in the empty grid cell ``cell`` (off the data) with the entries of each ``(title, ax)`` of
+    ``groups`` in turn, each under its title (e.g. "(a)") when it has one."""
+    from matplotlib.lines import Line2D
+
+    handles, labels, titles = [], [], []
+    for title, ax in groups:
+        h, lab = ax.get_legend_handles_labels()
+        if title:
+            handles.append(Line2D([], [], lw=0))
+            labels.append(title)
+            titles.append(len(labels) - 1)
+        handles += h
+        labels += lab
+    before = cell.get_legend()
+    legend = cell.legend(handles, labels, **{"loc": "center left", "frameon": False, **kw})
+    texts = legend.get_texts()
+    for i in titles:
+        texts[i].set_fontweight("bold")
+    if before is not None:  # a second legend beside the first (give each its loc / bbox_to_anchor)
+        cell.add_artist(before)
+    return legend
+
+
+def suptitle(fig, text: str) -> None:
+    """The figure's title: one line of the setting, left-aligned, wrapped to the width."""
+    fig.suptitle(_wrap(text, _chars(fig, 8.5)), x=0.01, ha="left", fontsize=8.5)
 
 
 def plot_theory(ax, data: pd.DataFrame, panel: str, series: str, label: str | None = None, **kw: Any):
@@ -240,8 +312,8 @@ def plot_sim(ax, data: pd.DataFrame, panel: str, series: str, label: str | None 
     sub = data[(data["panel"] == panel) & (data["series"] == series) & (data["kind"] == "simulation")]
     if sub.empty:
         return None
-    return ax.errorbar(sub["x"] * xshift, sub["y"], yerr=sub["y_err"].fillna(0.0), fmt=marker, ms=4.5, capsize=2.5,
-                       elinewidth=1.0, color=color, mfc="white", mew=1.2, label=label, zorder=3, **kw)
+    return ax.errorbar(sub["x"] * xshift, sub["y"], yerr=sub["y_err"].fillna(0.0), fmt=marker, ms=3.8, capsize=2.0,
+                       elinewidth=0.9, color=color, mfc="white", mew=1.0, label=label, zorder=3, **kw)
 
 
 SOLVER_NAMES = {
@@ -256,12 +328,24 @@ def sim_caption(sizes: Sizes, extra: str = "", solver: str = "lbfgs") -> str:
             f"{sizes.seeds} seeds{extra}; lines: state evolution (d → ∞)")
 
 
-def caption(fig, text: str, y: float = -0.01) -> None:
-    """A caption under the figure, wrapped to its width (so that it never widens the saved image)."""
+def _chars(fig, fontsize: float) -> int:
+    """How many characters of ``fontsize`` points fit across the figure (DejaVu Sans averages 0.5 em a
+    character in these captions; 0.56 leaves room for wide ones)."""
+    return max(20, int(0.97 * fig.get_figwidth() * 72 / (0.56 * fontsize)))
+
+
+def _wrap(text: str, width: int) -> str:
+    """``textwrap.fill`` that keeps relations together: no line break inside "d = 40", "T ≥ 3", "0.3 ± 0.1"."""
+    import re
     import textwrap
 
-    width = int(fig.get_figwidth() * 17)
-    fig.text(0.01, y, textwrap.fill(text, width), fontsize=7.5, ha="left", va="top")
+    glued = re.sub(r" ([=≥≤±∈→×<>]) ", "\u00a0\\1\u00a0", text)
+    return textwrap.fill(glued, width).replace("\u00a0", " ")
+
+
+def caption(fig, text: str, y: float = -0.01) -> None:
+    """A caption under the figure, wrapped to its width (so that it never widens the saved image)."""
+    fig.text(0.01, y, _wrap(text, _chars(fig, SMALL_PT)), fontsize=SMALL_PT, ha="left", va="top")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -143,18 +143,22 @@ def _inset(ax, data: pd.DataFrame, a: float, tag: str) -> None:
         txt.append(f"atom at 0: {atom_th.iloc[0]:.2f}")
     if len(atom_sim):
         txt.append(f"sim: {atom_sim.iloc[0]:.2f}")
-    ax.text(0.97, 0.95, "\n".join(txt), transform=ax.transAxes, ha="right", va="top", fontsize=6.5)
+    ax.text(0.97, 0.95, "\n".join(txt), transform=ax.transAxes, ha="right", va="top", fontsize=common.SMALL_PT,
+            bbox={"fc": "white", "ec": "none", "alpha": 0.75, "pad": 0.6})
     ax.set_ylim(0, ymax)
-    ax.tick_params(labelsize=6, length=2, pad=1)
-    ax.set_xlabel("eigenvalue of Ŝ", fontsize=6.5, labelpad=1)
-    ax.set_ylabel("density", fontsize=6.5, labelpad=1)
+    ax.tick_params(labelsize=common.SMALL_PT, length=2, pad=1)
+    ax.set_xlabel("eigenvalue of Ŝ", fontsize=common.SMALL_PT, labelpad=1)
+    ax.set_ylabel("density", fontsize=common.SMALL_PT, labelpad=1)
     ax.grid(False)
 
 
 def draw(data: pd.DataFrame, quick: bool):
-    plt = common.pyplot()
+    plt = common.pyplot(paper=True)
     p, sizes = _p(quick), _sizes(quick)
-    fig, (ax, axr) = plt.subplots(1, 2, figsize=(11.5, 4.6), gridspec_kw={"width_ratios": [1.5, 1]})
+    fig = plt.figure(figsize=(common.WIDTH, 6.6))
+    grid = fig.add_gridspec(2, 2, height_ratios=[1.35, 1])
+    ax, axr, spare = fig.add_subplot(grid[0, :]), fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
+    spare.axis("off")
     styles = {"test_error": ("C0", "-", "noisy labels"), "test_error_clean": ("C1", "--", "clean labels")}
     for key, (c, ls, lab) in styles.items():
         common.plot_theory(ax, data, "error", key, label=f"theory, {lab}", color=c, ls=ls)
@@ -165,17 +169,17 @@ def draw(data: pd.DataFrame, quick: bool):
         row = sims[np.isclose(sims["x"], a)]
         if len(row):
             ax.annotate(tag, (a, row["y"].iloc[0]), xytext=(0, 7), textcoords="offset points", ha="center",
-                        fontsize=7.5, color="0.2")
+                        color="0.2")
     ax.set_xscale("log")
     ax.set_ylim(0, 0.95)
     ax.set_xlabel("sample complexity α = n/d²")
-    ax.set_ylabel("test error  E‖y − ŷ‖²_F  (per sequence, T² entries)")
+    ax.set_ylabel("test error  E‖y − ŷ‖²_F\n(per sequence, T² entries)")
     ax.set_title("(a) learning curve, factorised student: MP κ0 = 0.5, Δ = 0.5, λ = 0.01, T = 2", loc="left")
     ax.legend(loc="lower left", frameon=True, framealpha=0.9)
     n = len(p["insets"])
     for i, (tag, a) in enumerate(zip(ROMAN, p["insets"], strict=False)):
         w = 0.86 / n
-        ins = ax.inset_axes([0.09 + i * (w + 0.02), 0.58, w - 0.06, 0.36])
+        ins = ax.inset_axes([0.09 + i * (w + 0.02), 0.56, w - 0.06, 0.38])
         _inset(ins, data, a, tag)
     for i, k0 in enumerate(KAPPA0S):
         c = f"C{i + 2}"
@@ -186,9 +190,9 @@ def draw(data: pd.DataFrame, quick: bool):
     axr.set_xscale("log")
     axr.set_ylim(0, 1.02)
     axr.set_xlabel("sample complexity α = n/d²")
-    axr.set_ylabel("rank fraction of Ŝ  (1/d)·#{eigenvalues > 0}")
+    axr.set_ylabel("rank fraction of Ŝ\n(1/d)·#{eigenvalues > 0}")
     axr.set_title("(b) rank of the minimiser (Δ = 0.5, λ = 0.01)", loc="left")
-    axr.legend(loc="lower right", ncol=2, fontsize=7)
+    common.legend_in(spare, ("(b)", axr))
     insets = ("; insets: eigenvalues of Ŝ pooled over seeds (grey histogram of the non-zero part, area = rank), "
               "SE density (red line) and SE atom at 0 (red arrow)")
     common.caption(fig, common.sim_caption(sizes, extra=insets, solver=SOLVER), y=-0.02)

@@ -83,19 +83,18 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
 
 
 def draw(data: pd.DataFrame, quick: bool):
-    plt = common.pyplot()
+    plt = common.pyplot(paper=True)
     p7 = fig7._p(quick)
-    fig, axes = plt.subplots(1, 2, figsize=(12.5, 4.6))
+    fig, axes, spare = common.figure(plt, 2, 3.0, legend_row=0.75)
     for ax, panel, total, ylabel, title in (
-        (axes[0], "error", "excess", "part of the excess test error  e_test − e_0  (noisy labels)",
-         "(a) excess test error = E_over + E_under + E_approx + E_mismatch"),
+        (axes[0], "error", "excess", "part of the excess test error\ne_test − e_0  (noisy labels)",
+         "(a) excess test error = E_over + E_under\n+ E_approx + E_mismatch"),
         (axes[1], "mse", "mse", "part of the MSE on S  (1/d)‖Ŝ − S0‖²_F",
          "(b) MSE on S, the same split"),
     ):
-        common.plot_theory(ax, data, panel, total, label="SE total" if panel == "error" else "SE total (MSE)",
-                           color="k", lw=1.2)
+        common.plot_theory(ax, data, panel, total, label="SE total (excess in (a), MSE in (b))", color="k", lw=1.2)
         if panel == "mse":
-            common.plot_sim(ax, data, panel, "mse", label="simulation, MSE", color="k", marker="D")
+            common.plot_sim(ax, data, panel, "mse", label="simulation, MSE in (b)", color="k", marker="D")
         for k in PARTS:
             common.plot_theory(ax, data, panel, k, label=f"SE, {NAMES[k]}", color=COLORS[k])
             common.plot_sim(ax, data, panel, k, label=None, color=COLORS[k])
@@ -103,14 +102,15 @@ def draw(data: pd.DataFrame, quick: bool):
         ax.set_xscale("log")
         ax.set_yscale("log")
         vals = data[(data["panel"] == panel) & (data["y"] > 0)]["y"]
-        if len(vals):  # headroom above the curves for the legend (in the lower left it covered E_over's curve)
-            ax.set_ylim(max(vals.min() * 0.5, vals.max() * 3e-3), vals.max() * 40)
+        if len(vals):
+            ax.set_ylim(max(vals.min() * 0.5, vals.max() * 3e-3), vals.max() * 2)
         ax.set_xlabel("sample complexity α = n/d²")
         ax.set_ylabel(ylabel)
         ax.set_title(title, loc="left")
-        ax.legend(fontsize=6.5, loc="upper right", ncol=2)
-    fig.suptitle(f"Error decomposition: power-law target θ_i ∝ i^(-1.25), d = {p7['d']}, Δ = 0.5, λ = {p7['lam']:g}, "
-                 "T = 2, factorised student (fig7's simulations)", fontsize=10, x=0.01, ha="left")
+    # one legend for both panels (the parts have the same colours), the MSE's simulation entry from (b)
+    common.legend_in(spare, (None, axes[1]), loc="upper left", ncol=2)
+    common.suptitle(fig, f"Error decomposition: power-law target θ_i ∝ i^(-1.25), d = {p7['d']}, Δ = 0.5, "
+                    f"λ = {p7['lam']:g}, T = 2, factorised student (fig7's simulations)")
     common.caption(fig, f"points: finite-d estimators from the trained Ŝ ({common.SOLVER_NAMES['prox']}), d = "
                    f"{p7['d']}, mean ± s.e. over {p7['seeds']} seeds, the parts' (Δq, Δm) pushed through the SE's "
                    "e(q, m); recovered outliers = eigenvalues above the SE bulk edge + 4 s δ d^(-2/3); lines: "

@@ -71,28 +71,28 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
 
 
 def draw(data: pd.DataFrame, quick: bool):
-    plt = common.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
+    plt = common.pyplot(paper=True)
+    fig, axes, _ = common.figure(plt, 2, 3.3)
     thr = data[data["panel"] == "threshold"]["x"]
     for ax, key in zip(axes, ("test_error", "train_error"), strict=True):
         for i, lam in enumerate(LAMS):
             c = "k" if lam == 0 else f"C{i}"
             common.plot_theory(ax, data, key, f"lam={lam:g}", label=f"theory, {_label(lam)}", color=c,
-                               ls="--" if lam == 0 else "-", lw=1.2 if lam == 0 else 1.5)
+                               ls="--" if lam == 0 else "-", lw=1.1 if lam == 0 else 1.3)
             common.plot_sim(ax, data, key, f"lam={lam:g}", label=f"simulation, {_label(lam)}", color=c)
         if len(thr):
             ax.axvline(thr.iloc[0], color="0.3", ls=":", lw=1.0,
-                       label=f"interpolation threshold (λ → 0+), α = {thr.iloc[0]:.4f}")
+                       label=f"interpolation threshold\n(λ → 0+), α = {thr.iloc[0]:.4f}")
         ax.set_xscale("log")
         ax.set_xlabel("sample complexity α = n/d²")
-    axes[0].set_ylabel("test error  E‖y − ŷ‖²_F  (noisy labels, per sequence)")
-    axes[0].set_title("(a) test error: the peak at the interpolation threshold", loc="left")
-    axes[1].set_ylabel("train error  (1/n)Σ‖y − ŷ‖²_F  at the minimiser")
-    axes[1].set_title("(b) train error: exactly 0 below the threshold as λ → 0+", loc="left")
+    axes[0].set_ylabel("test error  E‖y − ŷ‖²_F\n(noisy labels, per sequence)")
+    axes[0].set_title("(a) test error: the peak at the\ninterpolation threshold", loc="left")
+    axes[1].set_ylabel("train error  (1/n)Σ‖y − ŷ‖²_F\nat the minimiser")
+    axes[1].set_title("(b) train error: exactly 0 below the\nthreshold as λ → 0+", loc="left")
     axes[0].set_ylim(bottom=0)
     axes[1].set_ylim(bottom=0)
-    axes[1].legend(loc="upper left", fontsize=7)
-    fig.suptitle("Factorised student, MP κ0 = 0.5, Δ = 0.5, T = 2, β = β0 = 1", fontsize=10, x=0.01, ha="left")
+    axes[1].legend(loc="upper left")
+    common.suptitle(fig, "Factorised student, MP κ0 = 0.5, Δ = 0.5, T = 2, β = β0 = 1")
     common.caption(fig, common.sim_caption(_sizes(quick)), y=-0.01)
     fig.tight_layout()
     return fig

@@ -107,27 +107,26 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
 
 
 def draw(data: pd.DataFrame, quick: bool):
-    plt = common.pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
+    plt = common.pyplot(paper=True)
+    fig, axes, spare = common.figure(plt, 3, 2.7)
     colors = {"factorized": "C0", "direct": "C1"}
     names = {"factorized": "factorised (PSD, nuclear norm)", "direct": "direct (free S, ridge)"}
     for ax, key in zip(axes[:2], ("test_error", "mse"), strict=True):
         for model in MODELS:
             c = colors[model]
             for lam in _p(quick)["lams"]:
-                common.plot_theory(ax, data, key, f"{model} lam={lam:g}", color=c, lw=0.6, alpha=0.3)
-            common.plot_theory(ax, data, key, f"{model} best", label=f"theory, {names[model]}", color=c, lw=2)
+                common.plot_theory(ax, data, key, f"{model} lam={lam:g}", color=c, lw=0.5, alpha=0.3)
+            common.plot_theory(ax, data, key, f"{model} best", label=f"theory, {names[model]}", color=c, lw=1.7)
             common.plot_sim(ax, data, key, f"{model} best", label=f"simulation, {names[model]}", color=c,
                             marker="o" if model == "factorized" else "s")
-        ax.plot([], [], color="0.5", lw=0.6, alpha=0.5, label="theory at each fixed λ of the grid")
+        ax.plot([], [], color="0.5", lw=0.5, alpha=0.5, label="theory at each fixed λ of the grid")
         ax.set_xscale("log")
         ax.set_xlabel("ᾱ = α(T² + T − 2)/2  (= 2n/d² at T = 2)")
         ax.set_ylim(bottom=0)
-    axes[0].set_ylabel("test error  E‖y − ŷ‖²_F  (noisy labels, per sequence)")
-    axes[0].set_title(f"(a) test error at the best λ per α\n(MP κ0 = {KAPPA0:g}, Δ = {NOISE:g}, T = 2)", loc="left")
-    axes[1].set_ylabel("MSE on S  (1/d)‖Ŝ − S0‖²_F  (Q0 = 1 + κ0)")
+    axes[0].set_ylabel("test error  E‖y − ŷ‖²_F\n(noisy labels, per sequence)")
+    axes[0].set_title("(a) test error at the best λ per α", loc="left")
+    axes[1].set_ylabel("MSE on S  (1/d)‖Ŝ − S0‖²_F\n(Q0 = 1 + κ0)")
     axes[1].set_title("(b) MSE on S at the same λ", loc="left")
-    axes[0].legend(loc="upper right", fontsize=6.8)
     ax = axes[2]
     styles = [("Bayes-optimal perfect recovery", "k", "-"), ("perfect recovery, factorised", "C0", "-"),
               ("perfect recovery, direct", "C1", "-"), ("interpolation, factorised, Δ → 0+", "C2", "--"),
@@ -136,14 +135,15 @@ def draw(data: pd.DataFrame, quick: bool):
         sub = data[(data["panel"] == "thresholds") & (data["series"] == label)].sort_values("x")
         if len(sub):
             mk = "o" if ls == ":" else None
-            ax.plot(sub["x"], sub["y"], color=c, ls=ls, marker=mk, ms=3.5, label=label)
+            ax.plot(sub["x"], sub["y"], color=c, ls=ls, marker=mk, ms=3, label=label)
     ax.axvline(KAPPA0, color="0.5", lw=0.8, ls="-.", label=f"κ0 = {KAPPA0:g} of (a), (b)")
     ax.set_xlabel("target rank fraction κ0 = p0/d  (MP target)")
-    ax.set_ylabel("threshold ᾱ = α(T² + T − 2)/2  (λ → 0+)")
+    ax.set_ylabel("threshold ᾱ = α(T² + T − 2)/2\n(λ → 0+)")
     ax.set_title("(c) threshold diagram (SE / closed forms)", loc="left")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 0.55)
-    ax.legend(loc="lower right", fontsize=6.8)
+    common.legend_in(spare, ("(a), (b)", axes[0]), ("(c)", ax))
+    common.suptitle(fig, f"Factorised vs direct student: MP κ0 = {KAPPA0:g}, Δ = {NOISE:g}, T = 2")
     grid = ", ".join(f"{x:g}" for x in _p(quick)["lams"])
     extra = f", each at the λ that minimises the SE test error on the grid λ ∈ {{{grid}}}"
     common.caption(fig, common.sim_caption(_sizes(quick), extra), y=-0.01)

@@ -55,10 +55,10 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
 
 
 def draw(data: pd.DataFrame, quick: bool):
-    plt = common.pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    plt = common.pyplot(paper=True)
+    fig, axes, spare = common.figure(plt, 3, 2.7)
     ylabels = {
-        "test_error": "test error per sequence (noisy labels)\nseq2lab: E‖y − ŷ‖²_F;  seq2seq: E‖Y − ŷX‖²_F / d",
+        "test_error": "test error (noisy labels)\nseq2lab: E‖y − ŷ‖²_F\nseq2seq: E‖Y − ŷX‖²_F / d",
         "train_error": "train error at the minimiser\n(same normalisations)",
         "mse": "MSE on S  (1/d)‖Ŝ − S0‖²_F",
     }
@@ -72,9 +72,8 @@ def draw(data: pd.DataFrame, quick: bool):
         ax.set_ylabel(ylabels[key])
         ax.set_title(titles[key], loc="left")
         ax.set_ylim(bottom=0)
-    axes[0].legend(loc="upper right")
-    fig.suptitle("seq2seq vs seq2lab: factorised student, MP κ0 = 0.5, Δ = 0.5, λ = 0.01, T = 2", fontsize=10,
-                 x=0.01, ha="left")
+    common.legend_in(spare, (None, axes[0]))
+    common.suptitle(fig, "seq2seq vs seq2lab: factorised student, MP κ0 = 0.5, Δ = 0.5, λ = 0.01, T = 2")
     common.caption(fig, common.sim_caption(_sizes(quick), "; seq2seq points drawn at 1.07 α for legibility"))
     fig.tight_layout()
     return fig

@@ -56,10 +56,10 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
 
 
 def draw(data: pd.DataFrame, quick: bool):
-    plt = common.pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
-    ylabels = {"test_error": "test error  E‖y − ŷ‖²_F  (noisy labels, per sequence)",
-               "mse": "MSE on S  (1/d)‖Ŝ − S0‖²_F", "rank": "rank fraction of Ŝ  (1/d)·#{eigenvalues > 0}"}
+    plt = common.pyplot(paper=True)
+    fig, axes, spare = common.figure(plt, 3, 2.7)
+    ylabels = {"test_error": "test error  E‖y − ŷ‖²_F\n(noisy labels, per sequence)",
+               "mse": "MSE on S  (1/d)‖Ŝ − S0‖²_F", "rank": "rank fraction of Ŝ\n(1/d)·#{eigenvalues > 0}"}
     titles = {"test_error": "(a) test error", "mse": "(b) estimation error of S0", "rank": "(c) rank of the minimiser"}
     for ax, key in zip(axes, ylabels, strict=True):
         for i, b in enumerate(BETAS):
@@ -71,9 +71,8 @@ def draw(data: pd.DataFrame, quick: bool):
         ax.set_ylabel(ylabels[key])
         ax.set_title(titles[key], loc="left")
         ax.set_ylim(bottom=0)
-    axes[0].legend(loc="upper right", fontsize=7)
-    fig.suptitle("Temperature: factorised student, MP κ0 = 0.5, Δ = 0.5, λ = 0.01, T = 2 (logits scaled by β)",
-                 fontsize=10, x=0.01, ha="left")
+    common.legend_in(spare, (None, axes[0]))
+    common.suptitle(fig, "Temperature: factorised student, MP κ0 = 0.5, Δ = 0.5, λ = 0.01, T = 2 (logits scaled by β)")
     common.caption(fig, common.sim_caption(_sizes(quick), solver=SOLVER), y=-0.01)
     fig.tight_layout()
     return fig

@@ -70,28 +70,27 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
 
 
 def draw(data: pd.DataFrame, quick: bool):
-    plt = common.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
+    plt = common.pyplot(paper=True)
+    fig, axes, _ = common.figure(plt, 2, 3.2)
     ylabels = {"mse": "MSE on S  (1/d)‖Ŝ − S0‖²_F",
-               "test_per_row": "test error per token  E‖y − ŷ‖²_F / T  (noisy labels)"}
+               "test_per_row": "test error per token  E‖y − ŷ‖²_F / T\n(noisy labels)"}
     titles = {"mse": "(a) estimation error of S0", "test_per_row": "(b) test error per row of the attention matrix"}
     for ax, key in zip(axes, ylabels, strict=True):
         for i, T in enumerate(TOKENS):
             c = f"C{i}"
             common.plot_theory(ax, data, key, f"T={T}", label=f"theory, T = {T}", color=c,
-                               marker="." if T > 2 else None, ms=6)
+                               marker="." if T > 2 else None, ms=5)
             common.plot_sim(ax, data, key, f"T={T}", label=f"simulation, T = {T}", color=c, xshift=1.06 ** (i - 1))
         ax.set_xscale("log")
-        ax.set_xlabel("ᾱ = α(T² + T − 2)/2  (effective measurements per d²)")
+        ax.set_xlabel("ᾱ = α(T² + T − 2)/2\n(effective measurements per d²)")
         ax.set_ylabel(ylabels[key])
         ax.set_title(titles[key], loc="left")
         ax.set_ylim(bottom=0)
-    axes[0].legend(loc="upper right", fontsize=7)
+    axes[0].legend(loc="upper right")
     qmc = ("; T ≥ 3 theory: points at the simulated ᾱ (and 0.8 for T = 5), quasi-Monte Carlo channel with "
            "2¹⁰×2 / 2⁹×2 points") if quick else ""
     qmc += "; simulation points of T = 2 and 5 drawn at ᾱ/1.06 and 1.06ᾱ for legibility"
-    fig.suptitle("Sequence length: factorised student, MP κ0 = 0.5, Δ = 0.5, λ = 0.01, β = β0 = 1", fontsize=10,
-                 x=0.01, ha="left")
+    common.suptitle(fig, "Sequence length: factorised student, MP κ0 = 0.5, Δ = 0.5, λ = 0.01, β = β0 = 1")
     common.caption(fig, common.sim_caption(_sizes(quick)) + qmc, y=-0.01)
     fig.tight_layout()
     return fig

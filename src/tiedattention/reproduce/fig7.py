@@ -146,9 +146,9 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
 
 
 def draw(data: pd.DataFrame, quick: bool):
-    plt = common.pyplot()
+    plt = common.pyplot(paper=True)
     p = _p(quick)
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
+    fig, axes, spare = common.figure(plt, 3, 2.7)
     ax = axes[0]
     edge = data[(data["panel"] == "eigenvalues") & (data["series"] == "bulk edge")].sort_values("x")
     if len(edge):
@@ -163,37 +163,39 @@ def draw(data: pd.DataFrame, quick: bool):
     ax.set_xscale("log")
     ax.set_yscale("log")
     top = data[(data["panel"] == "eigenvalues")]["y"].max()
-    ax.set_ylim(0.25, 15 * top if np.isfinite(top) else None)  # room for the legend above the curves
+    ax.set_ylim(0.25, 1.6 * top if np.isfinite(top) else None)
     ax.set_xlabel("sample complexity α = n/d²")
     ax.set_ylabel("eigenvalue of Ŝ")
-    ax.set_title("(a) outliers of Ŝ detach from the bulk one by one", loc="left")
-    ax.legend(fontsize=6, loc="upper left", ncol=2, framealpha=0.9)
+    ax.set_title("(a) outliers of Ŝ detach one by one", loc="left")
+    common.legend_in(spare, ("(a), and the colours of modes 1-4 in (b)", ax))
     ax = axes[1]
     for i in range(1, SHOW_OVERLAP + 1):
         c = f"C{(i - 1) % 10}"
-        common.plot_theory(ax, data, "overlap", f"mode {i}", label=f"SE, mode {i}", color=c)
-        common.plot_sim(ax, data, "overlap", f"mode {i}", label=f"simulation, mode {i}", color=c)
+        common.plot_theory(ax, data, "overlap", f"mode {i}", color=c)
+        common.plot_sim(ax, data, "overlap", f"mode {i}", color=c)
+    ax.plot([], [], color="0.3", label="SE")
+    ax.plot([], [], "o", color="0.3", mfc="white", label="simulation")
     ax.set_xscale("log")
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("sample complexity α = n/d²")
     ax.set_ylabel("squared overlap |⟨u_i, û_i⟩|²")
-    ax.set_title("(b) eigenvector overlaps with the target's modes", loc="left")
-    ax.legend(fontsize=6.5, loc="lower right", ncol=2)
+    ax.set_title("(b) overlaps with the target's modes", loc="left")
+    ax.legend(loc="lower right")  # coloured by mode as in (a)
     ax = axes[2]
     sub = data[(data["panel"] == "kstar") & (data["kind"] == "theory")]
     for series, kw in (("k* (finite-d SE)", {"color": "C0"}), ("k* (spike criterion)", {"color": "C1", "ls": "--"})):
         s = sub[sub["series"] == series].sort_values("x")
         if len(s):
             ax.step(s["x"], s["y"], where="post", label=series, **kw)
-    common.plot_sim(ax, data, "kstar", "detached eigenvalues", label="simulation: eigenvalues above edge + margin",
+    common.plot_sim(ax, data, "kstar", "detached eigenvalues", label="simulation: eigenvalues\nabove edge + margin",
                     color="C3")
     ax.set_xscale("log")
     ax.set_xlabel("sample complexity α = n/d²")
     ax.set_ylabel("number of recovered modes k*")
     ax.set_title("(c) recovered modes k*(α)", loc="left")
-    ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"Sequential recovery: power-law target θ_i ∝ i^(-1.25) (Q0 = 1), d = {p['d']}, Δ = 0.5, "
-                 f"λ = {p['lam']:g}, T = 2, factorised student", fontsize=10, x=0.01, ha="left")
+    ax.legend(loc="upper left")
+    common.suptitle(fig, f"Sequential recovery: power-law target θ_i ∝ i^(-1.25) (Q0 = 1), d = {p['d']}, Δ = 0.5, "
+                    f"λ = {p['lam']:g}, T = 2, factorised student")
     common.caption(fig, f"points: simulations, {common.SOLVER_NAMES['prox']}, d = {p['d']}, mean ± s.e. over "
                    f"{p['seeds']} seeds; lines: finite-d state evolution with the learned-spectrum law (target = "
                    f"the list of d eigenvalues). Margin = 4 s δ d^(-2/3) (Tracy–Widom scale of the bulk edge).",

@@ -62,19 +62,23 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
 
 def _marks(ax, data: pd.DataFrame, label: bool = False) -> None:
     m = data[data["panel"] == "marks"].sort_values("x")
+    last, low = -math.inf, False
     for k, (_, row) in enumerate(m.iterrows()):
         if k >= MARKS or not math.isfinite(row["x"]):
             continue
         ax.axvline(row["x"], color="0.55", ls=":", lw=0.9, label="detachment of mode i (SE)" if label and k == 0
                    else None)
-        ax.text(row["x"], 1.0, f" {int(row['mode'])}", transform=ax.get_xaxis_transform(), fontsize=6.5,
-                color="0.35", va="top", ha="left")
+        # a number closer than a factor 1.6 in α to the previous one goes a line lower (they would touch)
+        low = (not low) and row["x"] < 1.6 * last
+        last = row["x"]
+        ax.text(row["x"], 0.94 if low else 1.0, f" {int(row['mode'])}", transform=ax.get_xaxis_transform(),
+                fontsize=common.SMALL_PT, color="0.35", va="top", ha="left")
 
 
 def draw(data: pd.DataFrame, quick: bool):
-    plt = common.pyplot()
+    plt = common.pyplot(paper=True)
     p = fig7._p(quick)
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
+    fig, axes, spare = common.figure(plt, 3, 2.7)
     ax = axes[0]
     for key, c, lab in (("test_error", "C0", "noisy labels"), ("test_error_clean", "C1", "clean labels")):
         common.plot_theory(ax, data, "error", key, label=f"SE, {lab}", color=c)
@@ -83,13 +87,11 @@ def draw(data: pd.DataFrame, quick: bool):
     ax.set_xscale("log")
     err = data[data["panel"] == "error"]
     top = float((err["y"] + err["y_err"].fillna(0.0)).max()) if len(err) else math.nan
-    # headroom above the curves for the legend (in the lower left it covered the clean-label curve), below the
-    # strip at the top where the detachments are numbered
-    ax.set_ylim(0, 1.55 * top if math.isfinite(top) and top > 0 else None)
+    # headroom above the curves for the strip at the top where the detachments are numbered
+    ax.set_ylim(0, 1.25 * top if math.isfinite(top) and top > 0 else None)
     ax.set_xlabel("sample complexity α = n/d²")
-    ax.set_ylabel("test error  E‖y − ŷ‖²_F  (per sequence, T² entries)")
-    ax.set_title("(a) learning curve with the modes' detachments", loc="left")
-    ax.legend(fontsize=7, loc="upper right", bbox_to_anchor=(1.0, 0.93))
+    ax.set_ylabel("test error  E‖y − ŷ‖²_F\n(per sequence, T² entries)")
+    ax.set_title("(a) learning curve, detachments marked", loc="left")
     ax = axes[1]
     common.plot_theory(ax, data, "excess", "excess", label="SE: e_test − e_0(SE)", color="C0")
     common.plot_sim(ax, data, "excess", "excess", label="simulation: e_test − min_c e(c S0), paired", color="C3")
@@ -97,9 +99,8 @@ def draw(data: pd.DataFrame, quick: bool):
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("sample complexity α = n/d²")
-    ax.set_ylabel("excess test error  e_test − e_0  (noisy labels)")
+    ax.set_ylabel("excess test error  e_test − e_0\n(noisy labels)")
     ax.set_title("(b) excess over the α → ∞ floor e_0", loc="left")
-    ax.legend(fontsize=7, loc="lower left")
     ax = axes[2]
     common.plot_theory(ax, data, "slope", "local exponent", label="SE: −d log(e − e_0)/d log α", color="C2",
                        marker=".", ms=4)
@@ -107,10 +108,10 @@ def draw(data: pd.DataFrame, quick: bool):
     ax.set_xscale("log")
     ax.set_xlabel("sample complexity α = n/d²")
     ax.set_ylabel("local exponent of the excess error")
-    ax.set_title("(c) local exponent of the excess, with the detachments", loc="left")
-    ax.legend(fontsize=7, loc="best")  # the curve's shape varies with the grid (in the lower left it touched it)
-    fig.suptitle(f"Emergence: power-law target θ_i ∝ i^(-1.25), d = {p['d']}, Δ = 0.5, λ = {p['lam']:g}, T = 2 "
-                 "(same cells as fig7)", fontsize=10, x=0.01, ha="left")
+    ax.set_title("(c) local exponent of the excess", loc="left")
+    common.legend_in(spare, ("(a)", axes[0]), ("(b)", axes[1]), ("(c)", ax))
+    common.suptitle(fig, f"Emergence: power-law target θ_i ∝ i^(-1.25), d = {p['d']}, Δ = 0.5, λ = {p['lam']:g}, "
+                    "T = 2 (same cells as fig7)")
     common.caption(fig, f"points: simulations, {common.SOLVER_NAMES['prox']}, d = {p['d']}, mean ± s.e. over "
                    f"{p['seeds']} seeds; lines: finite-d state evolution. Detachment α of mode i: where the SE "
                    "first lists it as a recovered outlier (geometric midpoint of the bracketing grid points). "

@@ -145,9 +145,9 @@ def _label(sub: pd.DataFrame, name: str) -> str:
 
 
 def draw(data: pd.DataFrame, quick: bool):
-    plt = common.pyplot()
+    plt = common.pyplot(paper=True)
     p = _p(quick)
-    fig, (ax, axs) = plt.subplots(1, 2, figsize=(12.5, 4.8), gridspec_kw={"width_ratios": [1.4, 1]})
+    fig, (ax, axs), spare = common.figure(plt, 2, 3.0, legend_row=0.85, width_ratios=[1.25, 1])
     th = data[(data["panel"] == "excess") & (data["kind"] == "theory")]
     series = sorted(th["series"].unique(), key=lambda s: (s == "d=inf", float(s[2:]) if s != "d=inf" else 0))
     colors = {s: ("k" if s == "d=inf" else f"C{i}") for i, s in enumerate(series)}
@@ -170,21 +170,20 @@ def draw(data: pd.DataFrame, quick: bool):
             x0, y0 = float(ref["x"].iloc[len(ref) // 2]), float(ref["y"].iloc[len(ref) // 2])
             xx = np.geomspace(float(th["x"].min()), float(th["x"].max()), 50)
             ax.plot(xx, 0.6 * y0 * (xx / x0) ** (-f_pred), color="0.5", ls=":", lw=1.2,
-                    label=f"predicted f(γ) = 1 − 1/(2γ) = {f_pred:.3f} (slope guide)")
+                    label=f"predicted f(γ) = 1 − 1/(2γ) = {f_pred:.3f} (slope)")
         axs.axhline(f_pred, color="0.5", ls=":", lw=1.2, label=f"f(γ) = {f_pred:.3f}")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("n/d  (training sequences per dimension; n = α d²)")
-    ax.set_ylabel("excess test error  e_test − e_0  (noisy labels)")
-    ax.set_title("(a) excess test error, λ tuned optimally at every n", loc="left")
-    ax.legend(fontsize=6.8, loc="lower left")
+    ax.set_xlabel("n/d  (sequences per dimension; n = α d²)")
+    ax.set_ylabel("excess test error  e_test − e_0\n(noisy labels)")
+    ax.set_title("(a) excess test error, optimal λ at every n", loc="left")
     axs.set_xscale("log")
     axs.set_xlabel("n/d")
     axs.set_ylabel("local exponent  −d log(e − e_0)/d log n")
-    axs.set_title("(b) local exponents approach f(γ) as d → ∞", loc="left")
-    axs.legend(fontsize=7, loc="upper right")
-    fig.suptitle("Scaling law: power-law target θ_i ∝ i^(-1.25) (Q0 = 1), Δ = 0.5, T = 2, factorised student",
-                 fontsize=10, x=0.01, ha="left")
+    axs.set_title("(b) local exponents → f(γ) as d → ∞", loc="left")
+    common.legend_in(spare, ("(a)", ax), loc="upper left", bbox_to_anchor=(0.0, 1.0))
+    common.legend_in(spare, ("(b)", axs), loc="upper left", bbox_to_anchor=(0.62, 1.0))
+    common.suptitle(fig, "Scaling law: power-law target θ_i ∝ i^(-1.25) (Q0 = 1), Δ = 0.5, T = 2, factorised student")
     common.caption(fig, f"points: simulations, {common.SOLVER_NAMES['prox']}, d = {p['d']}, at the SE's optimal "
                    f"λ, mean ± s.e. over {p['seeds']} seeds, excess over the simulation's own e_0 = min_c e(c S0) "
                    "on the same test sequences; lines: state evolution (finite d, and d → ∞ at fixed n/d). "
