@@ -140,3 +140,23 @@ def test_no_text_runs_into_another(drawn):
     name, fig, texts = drawn
     hits = _collisions(fig, texts)
     assert not hits, f"{name}: overlapping texts: {hits[:8]}"
+
+
+def test_redraw_writes_the_gallery_png_at_the_papers_width(tmp_path):
+    """reproduce.redraw draws a figure from its parquet alone (how the gallery is redrawn): the PNG is at most
+    7 in plus savefig's padding wide at common.DPI (the tight box crops the figure's own margins a little), the
+    PDF is written beside it; a table that is not a figure's plotted data is a ParameterError naming it."""
+    import pandas as pd
+    from PIL import Image
+
+    from tiedattention.errors import ParameterError
+    from tiedattention.reproduce import redraw
+
+    paths = redraw(GALLERY / "fig4.parquet", tmp_path)
+    assert [p.name for p in paths] == ["fig4.png", "fig4.pdf"]
+    width_px = Image.open(paths[0]).size[0]
+    assert common.WIDTH - 0.5 <= width_px / common.DPI <= common.WIDTH + 2 * PAD_IN + 0.01, width_px
+    pd.DataFrame({"x": [1.0]}).to_parquet(tmp_path / "other.parquet")
+    with pytest.raises(ParameterError) as err:
+        redraw(tmp_path / "other.parquet", tmp_path)
+    assert err.value.param == "parquet"

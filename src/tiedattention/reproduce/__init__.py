@@ -8,6 +8,7 @@ data), each written atomically.
 
     from tiedattention.reproduce import reproduce
     result = reproduce("fig1", "out/figs", quick=True)   # result.paths: the PNG, PDF and Parquet written
+    redraw("out/figs/fig1.parquet", "out/figs")           # the PNG and PDF again from the Parquet, no computing
 
 fig7-fig10 are the power-law figures of the study (sequential recovery, emergence, scaling law, error
 decomposition); their routes and the finite-d definition of a detached eigenvalue are in :mod:`.powerlaw`.
@@ -25,7 +26,7 @@ from typing import Any
 
 from ..errors import ParameterError
 
-__all__ = ["FIGURES", "figure_module", "reproduce", "FigureResult"]
+__all__ = ["FIGURES", "figure_module", "reproduce", "redraw", "FigureResult"]
 
 #: figure name -> module (relative to this package) and one line on what it shows
 FIGURES: dict[str, str] = {
@@ -57,6 +58,36 @@ class FigureResult:
     computed: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+
+
+def _draw_files(mod: ModuleType, name: str, data: Any, quick: bool, out: Path, formats: tuple[str, ...]) -> list[Path]:
+    """Draw the figure from its tidy data and write ``out/<name>.<format>`` for each format (atomically)."""
+    from . import common
+
+    plt = common.pyplot()
+    fig = mod.draw(data, quick)
+    paths = []
+    try:
+        for ext in formats:
+            path = out / f"{name}.{ext}"
+            common.atomic_write(path, lambda p, ext=ext: fig.savefig(p, format=ext, bbox_inches="tight"))
+            paths.append(path)
+    finally:
+        plt.close(fig)
+    return paths
+
+
+def redraw(parquet: str | Path, out: str | Path, formats: tuple[str, ...] = ("png", "pdf")) -> list[Path]:
+    """Redraw a figure from the plotted data ``reproduce`` wrote (``<name>.parquet``: its ``figure`` and ``quick``
+    columns say which figure, in which mode) into ``out/<name>.png`` / ``.pdf``, computing nothing: how the
+    gallery's PNGs are redrawn after a change of style. Returns the paths written."""
+    import pandas as pd
+
+    data = pd.read_parquet(parquet)
+    if "figure" not in data.columns or data.empty:
+        raise ParameterError("parquet", f"{parquet} is not a figure's plotted data (no 'figure' column)")
+    name = str(data["figure"].iloc[0])
+    return _draw_files(figure_module(name), name, data, bool(data["quick"].all()), Path(out), formats)
 
 
 def _say(message: str) -> None:
@@ -121,16 +152,7 @@ def reproduce(
     data = mod.tidy(table, quick)
     data.insert(0, "figure", name)
     data["quick"] = bool(quick)
-    plt = common.pyplot()
-    fig = mod.draw(data, quick)
-    paths = []
-    try:
-        for ext in ("png", "pdf"):
-            path = out / f"{name}.{ext}"
-            common.atomic_write(path, lambda p, ext=ext: fig.savefig(p, format=ext, bbox_inches="tight"))
-            paths.append(path)
-    finally:
-        plt.close(fig)
+    paths = _draw_files(mod, name, data, quick, out, ("png", "pdf"))
     path = out / f"{name}.parquet"
     common.atomic_write(path, lambda p: data.to_parquet(p, index=False))
     paths.append(path)
