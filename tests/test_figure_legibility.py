@@ -160,3 +160,43 @@ def test_redraw_writes_the_gallery_png_at_the_papers_width(tmp_path):
     with pytest.raises(ParameterError) as err:
         redraw(tmp_path / "other.parquet", tmp_path)
     assert err.value.param == "parquet"
+
+
+def test_fig2_full_mode_legend_keeps_off_the_points():
+    """Full mode simulates all four λ of fig2 (quick mode two): the legend then has ten entries, and placed in
+    panel (b) (as a 7 in layout first did) it hid points. Drawn from the gallery's data with the two missing
+    λ's simulations stood in by their theory values: no legend box of any panel holds a data point."""
+    import numpy as np
+    import pandas as pd
+
+    from tiedattention.reproduce import fig2
+
+    plt = common.pyplot()
+    data = pd.read_parquet(GALLERY / "fig2.parquet")
+    extra = []
+    for lam in (1e-3, 1e-5):
+        for key in ("test_error", "train_error"):
+            th = data[(data.panel == key) & (data.series == f"lam={lam:g}") & (data.kind == "theory")]
+            sim = data[(data.panel == key) & (data.series == "lam=0.01") & (data.kind == "simulation")].copy()
+            sim["series"] = f"lam={lam:g}"
+            sim["y"] = np.interp(np.log(sim["x"]), np.log(th["x"]), th["y"])
+            extra.append(sim)
+    fig = fig2.draw(pd.concat([data, *extra], ignore_index=True), False)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        sims = sum(len(ax.containers) for ax in fig.axes)
+        assert sims == 2 * 4, sims  # four λ simulated in both panels
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        assert sum(len(lg.get_texts()) for lg in legends) == 5 + 1 + 4  # theory x5, threshold, simulations x4
+        for ax in fig.axes:
+            pts = [ax.transData.transform(ln.get_xydata()) for ln in ax.get_lines()
+                   if ln.get_transform() == ax.transData]
+            for lg in legends:
+                box = lg.get_window_extent(renderer)
+                pad = 4.0 * fig.dpi / 72  # half a marker, as in test_reproduce_review's legend check
+                x0, x1, y0, y1 = box.x0 - pad, box.x1 + pad, box.y0 - pad, box.y1 + pad
+                for p in pts:
+                    assert not ((p[:, 0] > x0) & (p[:, 0] < x1) & (p[:, 1] > y0) & (p[:, 1] < y1)).any()
+    finally:
+        plt.close(fig)

@@ -72,7 +72,7 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
 
 def draw(data: pd.DataFrame, quick: bool):
     plt = common.pyplot(paper=True)
-    fig, axes, _ = common.figure(plt, 2, 3.3)
+    fig, axes, spare = common.figure(plt, 2, 3.1, legend_row=0.75)
     thr = data[data["panel"] == "threshold"]["x"]
     for ax, key in zip(axes, ("test_error", "train_error"), strict=True):
         for i, lam in enumerate(LAMS):
@@ -82,7 +82,7 @@ def draw(data: pd.DataFrame, quick: bool):
             common.plot_sim(ax, data, key, f"lam={lam:g}", label=f"simulation, {_label(lam)}", color=c)
         if len(thr):
             ax.axvline(thr.iloc[0], color="0.3", ls=":", lw=1.0,
-                       label=f"interpolation threshold\n(λ → 0+), α = {thr.iloc[0]:.4f}")
+                       label=f"interpolation threshold (λ → 0+), α = {thr.iloc[0]:.4f}")
         ax.set_xscale("log")
         ax.set_xlabel("sample complexity α = n/d²")
     axes[0].set_ylabel("test error  E‖y − ŷ‖²_F\n(noisy labels, per sequence)")
@@ -91,7 +91,8 @@ def draw(data: pd.DataFrame, quick: bool):
     axes[1].set_title("(b) train error: exactly 0 below the\nthreshold as λ → 0+", loc="left")
     axes[0].set_ylim(bottom=0)
     axes[1].set_ylim(bottom=0)
-    axes[1].legend(loc="upper left")
+    # under the panels: with the four simulated λ of full mode a legend in (b) covered points
+    common.legend_in(spare, (None, axes[1]), loc="upper left", ncol=3)
     common.suptitle(fig, "Factorised student, MP κ0 = 0.5, Δ = 0.5, T = 2, β = β0 = 1")
     common.caption(fig, common.sim_caption(_sizes(quick)), y=-0.01)
     fig.tight_layout()
