@@ -191,6 +191,10 @@ class _GeneralKernel:
     def labels(self, y: np.ndarray) -> np.ndarray:
         return y
 
+    def extra_starts(self, b: np.ndarray) -> list[np.ndarray]:
+        """No further Newton starts for T >= 3 (z and the interpolating point only)."""
+        return []
+
     def negative_curvature_bound(self, lab: np.ndarray) -> np.ndarray:
         """(N,) bound L with lambda_min(H(c)) >= -L for all c: the residual part of each row's Hessian has
         norm <= 6 range(e_r) <= 6 (1 + range y_r), and |R|^2 <= |P|^2 = 2, so L = 12 beta^2 max_r(1 + range y_r)."""
@@ -239,6 +243,24 @@ class _TwoTokenKernel:
         # outer products k_r k_r^T flattened (rows r) -> entries (00, 01, 11)
         self.kk = np.stack([k[:, 0] * k[:, 0], k[:, 0] * k[:, 1], k[:, 1] * k[:, 1]], axis=1)  # (2, 3)
         self._kk_norm = float(np.linalg.eigvalsh(k.T @ k).max())
+        self._Kinv = np.linalg.inv(k)  # row logits v = beta K c  ->  c = K^-1 v / beta
+
+    def extra_starts(self, b: np.ndarray) -> list[np.ndarray]:
+        """Newton starts besides z and the interpolating point, for the nodes where the prox is not certified
+        convex: the points whose row logits v = beta K c are (0, 0), (v_z1, 0) and (0, v_z2), v_z = beta K z.
+
+        Each row's loss 2 (sigmoid(v_r) - t_r)^2 is a well at logit(t_r) between two plateaus, steepest near
+        v_r = 0, so a minimum of the prox objective has each row near z's logit (the penalty wins), in the
+        well, or at the edge of the well near v_r = 0 where the slope of the loss balances the penalty. The two
+        classic starts cover (z, z) and (well, well); Newton from either can step over an edge minimum (its
+        quadratic model jumps to the other side), and the minima with a row at its edge were the global ones
+        at ~10 % of the uncertified nodes at beta = 2 (docs/theory/channel.md, "Missed global minima")."""
+        vb = self.beta * (b @ self.Kmat.T)
+        zero = np.zeros_like(vb)
+        out = []
+        for v in (zero, np.stack([vb[:, 0], zero[:, 1]], axis=1), np.stack([zero[:, 0], vb[:, 1]], axis=1)):
+            out.append((v @ self._Kinv.T) / self.beta)
+        return out
 
     def labels(self, y: np.ndarray) -> np.ndarray:
         t = 0.5 * (y[:, :, 1] - y[:, :, 0] + 1.0)
@@ -537,8 +559,12 @@ def _newton_reduced(kern, b, lab, sig, c0, tol, max_iter, keep_derivs=False):
     return c, it_done, out
 
 
+_POOL_STEPS = 3  # Newton steps from each start of the T = 2 pool before the lowest is continued (SoftmaxChannel)
+
+
 def _prox_reduced(kern, b, lab, sig, starts, tol, max_iter) -> _ReducedProx:
-    """Run Newton from each start, keep the lowest prox objective per point (the global minimiser)."""
+    """Run Newton from each start, keep the lowest prox objective per point (the global minimiser when one of
+    the starts lies in its basin)."""
     best = None
     total_it = 0
     for k, c0 in enumerate(starts):
@@ -833,7 +859,8 @@ class ChannelMoments:
     jac_sq: float | None = None
     jac_sq_error: float | None = None
     # share of E||g||^2 that depends on the choice between two distinct local minima of the prox (nodes where
-    # both starts converged to different minimisers): E[|  ||g_0||^2 - ||g_1||^2 | ; two minima] / E||g||^2.
+    # start 0 and the best of the other starts converged to different minimisers):
+    # E[|  ||g_0||^2 - ||g_1||^2 | ; two minima] / E||g||^2.
     # Zero where the prox is convex; the SE switches T = 2 to a QMC rule when it is large (state_evolution.md)
     branch_share: float = 0.0
 
@@ -1018,15 +1045,21 @@ class SoftmaxChannel:
 
         ``sigma = 0`` is the exact limit (h* = z, g = -grad l(z), dg/dz = -H(z)); q = m = 0 (z = 0) is allowed.
 
-        ``warm``: an optional dict owned by the caller (start with ``{}``). Each Newton start (from z, and
-        from the interpolating point where convexity is not certified) then begins at the minimiser that
-        the same start reached, node by node, in the previous call with the same dict, which cuts the
-        Newton iterations when successive calls are close (state-evolution iterations), and the second
-        start is run again only at the nodes where the two starts ended at distinct minimisers in the
-        previous call (where they agreed, the branch of start 0 is followed). The lower prox objective
-        is still kept; the result equals the cold one to the Newton tolerance except where a new basin
-        appears or a start would jump between basins (the SE checks the final point with a cold call).
-        The dict is updated in place; a call with ``warm=None`` is cold and deterministic.
+        Where convexity is not certified, further Newton starts run besides z: at T >= 3 the interpolating
+        point; at T = 2 a pool of the interpolating point and three fixed points (row logits at 0 / at z's,
+        :meth:`_TwoTokenKernel.extra_starts`), each for a few steps, continued from the lowest. The lowest
+        prox objective is kept (docs/theory/channel.md, "Missed global minima").
+
+        ``warm``: an optional dict owned by the caller (start with ``{}``). Start 0 then begins at the
+        minimiser it reached, node by node, in the previous call with the same dict, and the second start
+        (T >= 3) or the pool's interpolating point (T = 2) at the minimiser of the other starts there; this
+        cuts the Newton iterations when successive calls are close (state-evolution iterations). At T >= 3
+        the second start is run again only at the nodes where the two branches were distinct in the previous
+        call; at T = 2 the pool's fixed starts run at every uncertified node, so that basins no branch
+        followed are still found. The lower prox objective is kept; the result equals the cold one to the
+        Newton tolerance except where a new basin appears or a start would jump between basins (the SE checks
+        the final point with a cold call). The dict is updated in place; a call with ``warm=None`` is cold
+        and deterministic.
         """
         p = self.params
         alpha, sigma = float(alpha), float(sigma)
@@ -1061,36 +1094,71 @@ class SoftmaxChannel:
                 c1_all = np.full_like(b, np.nan) if warm is not None else None
                 if warm is not None:
                     c0_all = r.c.copy()  # branch of start 0, before the comparison below
+                same = None
                 if prev is not None:
-                    # the second start again only where the two branches were distinct last time
+                    # the interpolating start again only where the two branches were distinct last time
                     same = np.max(np.abs(prev[1] - prev[0]), axis=1) <= 1e-7 * (1.0 + np.max(np.abs(prev[0]), axis=1))
                     c1_all[same] = r.c[same]
-                    nonconvex &= ~same
                 sub = np.flatnonzero(nonconvex)
                 if sub.size:  # a sharper certificate on the sublevel set of start 0's minimum
                     tight = sigma * kern.sublevel_curvature_bound(b[sub], lab[sub], sigma, r.f[sub]) < 1.0
                     if warm is not None:  # one minimiser: the two branches coincide there
                         c1_all[sub[tight]] = r.c[sub[tight]]
                     sub = sub[~tight]
-                if sub.size:  # second start (the interpolating point) only where convexity is not certified
-                    c_int = (p.beta0 / p.beta) * a[sub]
-                    if prev is not None:
-                        known = np.isfinite(prev[1][sub, 0])
-                        c_int[known] = prev[1][sub[known]]
-                    r2 = _prox_reduced(kern, b[sub], lab[sub], sig[sub], [c_int], self.tol, self.max_iter)
+                if sub.size:  # further starts only where convexity is not certified
+                    # o: the best minimiser of the other starts on sub (branch 1), start 0's where none ran
+                    extra = kern.extra_starts(b[sub])
+                    if extra:
+                        # T = 2: a pool of starts, the interpolating point (warm: branch 1's previous minimiser)
+                        # and the kernel's fixed starts (row logits at 0 / at z's), each for _POOL_STEPS Newton
+                        # steps; Newton is continued from the lowest of them (ties: the first). The fixed starts
+                        # run in warm calls too, at every node of sub: their basins can become the global ones
+                        # between two calls where no branch followed them (docs/theory/channel.md, "Missed
+                        # global minima")
+                        s1 = (p.beta0 / p.beta) * a[sub]
+                        if prev is not None:
+                            known = np.isfinite(prev[1][sub, 0])
+                            s1[known] = prev[1][sub[known]]
+                        bs, ls, ss = b[sub], lab[sub], sig[sub]
+                        cs = np.stack([_newton_reduced(kern, bs, ls, ss, c0, self.tol, _POOL_STEPS)[0]
+                                       for c0 in [s1] + extra], axis=1)
+                        d = cs - bs[:, None]
+                        fs = np.sum(d * d, axis=2) / (2.0 * sigma)
+                        fs += kern.loss(cs.reshape(-1, n), np.repeat(ls, cs.shape[1], axis=0)).reshape(fs.shape)
+                        pick = np.argmin(fs, axis=1)
+                        o = _prox_reduced(kern, bs, ls, ss, [cs[np.arange(sub.size), pick]], self.tol, self.max_iter)
+                        o.start_index = 1 + pick
+                        o.iterations += _POOL_STEPS
+                    else:
+                        o = _ReducedProx(r.c[sub], r.f[sub], r.loss[sub], r.grad[sub], r.hess[sub], r.residual[sub],
+                                         0, np.zeros(sub.size, dtype=int))
+                    if not extra and (same is None or not same[sub].all()):
+                        # the interpolating point (warm: branch 1's previous minimiser) where the branches
+                        # were distinct last time
+                        pos = np.arange(sub.size) if same is None else np.flatnonzero(~same[sub])
+                        s2 = sub[pos]
+                        c_int = (p.beta0 / p.beta) * a[s2]
+                        if prev is not None:
+                            known = np.isfinite(prev[1][s2, 0])
+                            c_int[known] = prev[1][s2[known]]
+                        r2 = _prox_reduced(kern, b[s2], lab[s2], sig[s2], [c_int], self.tol, self.max_iter)
+                        for name in ("c", "f", "loss", "grad", "hess", "residual"):
+                            getattr(o, name)[pos] = getattr(r2, name)
+                        o.start_index[pos] = 1
+                        o.iterations = r2.iterations
                     if warm is not None:
-                        c1_all[sub] = r2.c
-                    better = r2.f < r.f[sub] - 1e-14 * (1.0 + np.abs(r.f[sub]))
+                        c1_all[sub] = o.c
+                    better = o.f < r.f[sub] - 1e-14 * (1.0 + np.abs(r.f[sub]))
                     c0s = r.c[sub]
-                    two = np.max(np.abs(r2.c - c0s), axis=1) > 1e-6 * (1.0 + np.max(np.abs(c0s), axis=1))
+                    two = np.max(np.abs(o.c - c0s), axis=1) > 1e-6 * (1.0 + np.max(np.abs(c0s), axis=1))
                     if two.any():  # |  ||g_0||^2 - ||g_1||^2 | on the nodes with two distinct minima
-                        jump = np.abs(_rowdot(r2.grad, r2.grad) - _rowdot(r.grad[sub], r.grad[sub]))
+                        jump = np.abs(_rowdot(o.grad, o.grad) - _rowdot(r.grad[sub], r.grad[sub]))
                         branch = self._wsum(panel.w[sub], np.where(two, jump, 0.0))
                     idx = sub[better]
                     for name in ("c", "f", "loss", "grad", "hess", "residual"):
-                        getattr(r, name)[idx] = getattr(r2, name)[better]
-                    r.start_index[idx] = 1
-                    r.iterations = max(r.iterations, r2.iterations)
+                        getattr(r, name)[idx] = getattr(o, name)[better]
+                    r.start_index[idx] = o.start_index[better]
+                    r.iterations = max(r.iterations, o.iterations)
                 if warm is not None:
                     warm[(ip, N)] = (c0_all, c1_all)
             if not np.all(np.isfinite(r.c)) or not np.all(np.isfinite(r.hess)):
