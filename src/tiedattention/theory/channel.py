@@ -589,6 +589,45 @@ def _prox_reduced(kern, b, lab, sig, starts, tol, max_iter) -> _ReducedProx:
     return best
 
 
+def _pool_prox(kern, b, lab, sig, first, extra, tol, max_iter) -> _ReducedProx:
+    """The T = 2 start pool (SoftmaxChannel.moments and prox_softmax): Newton from ``first`` (the interpolating
+    point, or a warm start) and from each of ``extra`` (:meth:`_TwoTokenKernel.extra_starts` of b) for
+    _POOL_STEPS steps, then continued to convergence from the lowest prox objective (ties: the first).
+    start_index is 1 + the index of the kept start in [first] + extra (docs/theory/channel.md, "Missed global
+    minima")."""
+    n = b.shape[1]
+    cs = np.stack([_newton_reduced(kern, b, lab, sig, c0, tol, _POOL_STEPS)[0] for c0 in [first] + extra], axis=1)
+    d = cs - b[:, None]
+    fs = np.sum(d * d, axis=2) / (2.0 * sig[:, None])
+    fs += kern.loss(cs.reshape(-1, n), np.repeat(lab, cs.shape[1], axis=0)).reshape(fs.shape)
+    pick = np.argmin(fs, axis=1)
+    o = _prox_reduced(kern, b, lab, sig, [cs[np.arange(b.shape[0]), pick]], tol, max_iter)
+    o.start_index = 1 + pick
+    o.iterations += _POOL_STEPS
+    return o
+
+
+def _prox_certified_pool(kern, b, lab, sig, first, tol, max_iter) -> _ReducedProx:
+    """prox_softmax at T = 2 (default starts): Newton from z everywhere; where convexity is not certified (the
+    global and the sublevel-set curvature bounds of SoftmaxChannel.moments), also the start pool of
+    :func:`_pool_prox` with ``first`` (the least-squares logits of y) as its interpolating point; the lower prox
+    objective is kept. Where the certificate holds the prox objective is strictly convex on a set holding every
+    minimiser, so z's stationary point is the global minimiser."""
+    r = _prox_reduced(kern, b, lab, sig, [b], tol, max_iter)
+    sub = np.flatnonzero(sig * kern.negative_curvature_bound(lab) >= 1.0)
+    if sub.size:
+        tight = sig[sub] * kern.sublevel_curvature_bound(b[sub], lab[sub], sig[sub], r.f[sub]) < 1.0
+        sub = sub[~tight]
+    if sub.size:
+        o = _pool_prox(kern, b[sub], lab[sub], sig[sub], first[sub], kern.extra_starts(b[sub]), tol, max_iter)
+        better = o.f < r.f[sub] - 1e-14 * (1.0 + np.abs(r.f[sub]))
+        idx = sub[better]
+        for name in ("c", "f", "loss", "grad", "hess", "residual", "start_index"):
+            getattr(r, name)[idx] = getattr(o, name)[better]
+        r.iterations = max(r.iterations, o.iterations)
+    return r
+
+
 @dataclass
 class ProxResult:
     """Batched prox of the softmax square loss.
@@ -638,7 +677,11 @@ def prox_softmax(z, y, sigma, beta: float, tokens: int, init=None, tol: float = 
     init : extra starting point(s): None (default: the least-squares logits of log y, i.e. the point
         whose softmax matches y best -- the interpolating point when y is a softmax), an (N, K) array,
         or a list of such arrays. z itself is always a start; the lowest prox objective is kept, so the
-        result is the global minimiser whenever one of the starts lies in its basin.
+        result is the global minimiser whenever one of the starts lies in its basin. With the default at
+        T = 2, the starts besides z run only where convexity is not certified, as the start pool of
+        :meth:`SoftmaxChannel.moments` (the least-squares logits and three fixed points, a few Newton steps
+        each, continued from the lowest; start_index 1-4); with ``init`` given (or T >= 3) z and the given
+        starts each run to convergence (a caller following one branch keeps it).
     tol : stopping tolerance on the scaled gradient norm
         |h - z + sigma grad l| / (1 + |h - z| + sigma |grad l|).
 
@@ -663,6 +706,7 @@ def prox_softmax(z, y, sigma, beta: float, tokens: int, init=None, tol: float = 
     kern = _kernel(T, float(beta))
     b = z @ B
     ze = z @ e
+    lab = kern.labels(y)
     starts = [b]
     if init is None:
         logy = np.log(np.clip(y, 1e-12, None)).reshape(N, T * T)
@@ -671,7 +715,10 @@ def prox_softmax(z, y, sigma, beta: float, tokens: int, init=None, tol: float = 
         inits = [init] if isinstance(init, np.ndarray) and init.ndim <= 2 else list(init)
         for h0 in inits:
             starts.append(np.atleast_2d(np.asarray(h0, dtype=float)).reshape(N, K) @ B)
-    r = _prox_reduced(kern, b, kern.labels(y), sig, starts, tol, max_iter)
+    if init is None and T == 2:
+        r = _prox_certified_pool(kern, b, lab, sig, starts[1], tol, max_iter)
+    else:
+        r = _prox_reduced(kern, b, lab, sig, starts, tol, max_iter)
     if not np.all(np.isfinite(r.c)):
         raise FloatingPointError("prox_softmax: non-finite minimiser")
     h = r.c @ B.T + ze[:, None] * e[None]
@@ -1119,16 +1166,7 @@ class SoftmaxChannel:
                         if prev is not None:
                             known = np.isfinite(prev[1][sub, 0])
                             s1[known] = prev[1][sub[known]]
-                        bs, ls, ss = b[sub], lab[sub], sig[sub]
-                        cs = np.stack([_newton_reduced(kern, bs, ls, ss, c0, self.tol, _POOL_STEPS)[0]
-                                       for c0 in [s1] + extra], axis=1)
-                        d = cs - bs[:, None]
-                        fs = np.sum(d * d, axis=2) / (2.0 * sigma)
-                        fs += kern.loss(cs.reshape(-1, n), np.repeat(ls, cs.shape[1], axis=0)).reshape(fs.shape)
-                        pick = np.argmin(fs, axis=1)
-                        o = _prox_reduced(kern, bs, ls, ss, [cs[np.arange(sub.size), pick]], self.tol, self.max_iter)
-                        o.start_index = 1 + pick
-                        o.iterations += _POOL_STEPS
+                        o = _pool_prox(kern, b[sub], lab[sub], sig[sub], s1, extra, self.tol, self.max_iter)
                     else:
                         o = _ReducedProx(r.c[sub], r.f[sub], r.loss[sub], r.grad[sub], r.hess[sub], r.residual[sub],
                                          0, np.zeros(sub.size, dtype=int))
