@@ -380,8 +380,14 @@ def test_beta2_alpha_half_converges_and_is_stable_against_a_finer_rule():
     for k in ("test_error", "q", "sigma", "mse"):  # QMC estimates are 1 s.e. (4 replicas): a 2 s.e. test
         bound = 2 * math.hypot(r.errors[f"fixed_point_{k}"], fine.errors[f"fixed_point_{k}"])
         assert abs(getattr(r, k) - getattr(fine, k)) <= bound, k
-    # the reported fixed-point errors are not vacuous: below 2 % of the test error at 4 x 2^11 points
-    assert r.errors["fixed_point_test_error"] < 0.02 * r.test_error
+    # the reported fixed-point errors are not vacuous: below 8 % of the test error at 4 x 2^11 points (6.7 %: with
+    # the Stein forms the map's spectral radius there is 0.91 and ||(I - J)^-1|| ~ 31; the rules 2^11 ... 2^16
+    # read 0.3849, 0.3873, 0.3880, 0.3876, so the estimate, 0.025, is ~9x conservative)
+    assert r.errors["fixed_point_test_error"] < 0.08 * r.test_error
+    # the Stein fixed point, not the Jacobian forms' 0.309 (the ERM at d = 80 / 100: 0.394 / 0.387 +- 0.006)
+    # (0.3876: the 4 x 2^16 rule; the two values are far apart in units of the estimate)
+    two_se = 2 * r.errors["fixed_point_test_error"]
+    assert abs(r.test_error - 0.3876) < two_se and 0.3876 - 0.309 > two_se
 
 
 @pytest.mark.slow
@@ -427,8 +433,10 @@ def test_beta2_learning_curve_converges_everywhere():
 def test_fixed_point_error_is_reported_and_the_order_raised_where_it_is_large():
     """Every Gauss-Hermite point carries the fixed point's own quadrature error (difference to the fixed point at
     0.75 x the order), of the size of the actual error against a much finer rule; where it exceeds ``accuracy``
-    the order is raised (lambda = 1e-4, alpha = 0.5: the map's Jacobian has an eigenvalue ~0.9 and order 12 was
-    off by 4.6e-3, order 16 by 1.3e-3; orders 24-40 and 4 x 2^18 QMC points agree on 0.1570 +- 2e-4)."""
+    the order is raised (lambda = 1e-4, alpha = 0.45, accuracy 2e-4: order 16's estimate is 4.8e-4; the raised
+    point agrees with orders 32, 40, 48, which read 0.174107, 0.174116, 0.174126). With the Jacobian forms of the
+    conjugates (before session 13) lambda = 1e-4, alpha = 0.5 needed a raise at the default accuracy 1e-3; with the
+    Stein forms no point measured does (docs/theory/state_evolution.md, "The conjugates: Stein forms")."""
     p = Problem.from_options()
     r = StateEvolution(p).solve(0.5)
     fine = StateEvolution(p, channel_options={"order": 32}, accuracy=None).solve(0.5)
@@ -437,12 +445,14 @@ def test_fixed_point_error_is_reported_and_the_order_raised_where_it_is_large():
     assert abs(r.test_error - fine.test_error) <= est  # an honest (conservative) estimate
     assert abs(r.mse - fine.mse) <= r.errors["fixed_point_mse"]
     assert est > 3 * r.errors["test_error"]  # what the per-evaluation estimate misses
-    hard = StateEvolution(Problem.from_options(lam=1e-4)).solve(0.5)
+    small = Problem.from_options(lam=1e-4)
+    hard = StateEvolution(small, accuracy=2e-4).solve(0.45)
     assert hard.converged and hard.quadrature in ("gh24", "gh36", "gh54")
-    assert "order raised 16 -> 24" in hard.message
-    assert abs(hard.test_error - 0.1570) < 5e-4 and hard.errors["fixed_point_test_error"] < 1e-3
-    plain = StateEvolution(Problem.from_options(lam=1e-4), accuracy=None).solve(0.5)
-    assert plain.quadrature == "gh16" and plain.errors["fixed_point_test_error"] > 1e-3
+    assert "order raised 16 -> 24" in hard.message and hard.errors["fixed_point_test_error"] < 2e-4
+    high = StateEvolution(small, channel_options={"order": 40}, accuracy=None, fixed_point_errors=False).solve(0.45)
+    assert abs(hard.test_error - high.test_error) <= 2 * hard.errors["fixed_point_test_error"]
+    plain = StateEvolution(small, accuracy=None).solve(0.45)
+    assert plain.quadrature == "gh16" and plain.errors["fixed_point_test_error"] > 2e-4
     off = StateEvolution(p, fixed_point_errors=False).solve(0.5)
     assert "fixed_point_test_error" not in off.errors and off.test_error == r.test_error
 
@@ -466,7 +476,8 @@ def test_low_order_comparison_equals_a_full_low_order_solve(target, d):
     for key in ("q", "m", "sigma", "mse"):
         diff = abs(r.errors[f"fixed_point_{key}"] - abs(getattr(r, key) - getattr(full12, key)))
         assert diff < 1e-7 * abs(getattr(r, key))
-    cold12 = SoftmaxChannel(se.channel.params, order=12, estimate_error=False).moments(0.5, r.q, r.m, r.sigma)
+    cold12 = SoftmaxChannel(se.channel.params, order=12, estimate_error=False,
+                            conjugates=se.channel.conjugates).moments(0.5, r.q, r.m, r.sigma)
     cold16 = se.channel.moments(0.5, r.q, r.m, r.sigma)
     for key in ("q_hat", "m_hat", "sigma_hat"):
         assert r.errors[f"channel_{key}"] == abs(getattr(cold16, key) - getattr(cold12, key))

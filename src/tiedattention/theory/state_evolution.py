@@ -63,6 +63,10 @@ ROUGH_MAX_ITER = 80  # per stage; then the floor_factor acceptance decides (each
 NOISE_STEIN = 0.5
 NOISE_QMC = {**ROUGH_QMC, "conjugates": "stein"}
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
+# a Gauss-Hermite solve with the Stein forms (T = 2 default) that does not converge is started again from the
+# Gauss-Hermite point of the Jacobian forms, whose map is tamer far from the fixed point (docs/theory/
+# state_evolution.md, "The conjugates: Stein forms"); that point anchors the restart if its residual is below this
+FORMS_START = 1e-2
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
 
@@ -338,6 +342,10 @@ class StateEvolution:
         self._noisy = (not self._qmc and "rule" not in user and "conjugates" not in user
                        and problem.task.noise / 2 >= NOISE_STEIN * self.q0)
         self._noise: StateEvolution | None = None
+        # T = 2 Gauss-Hermite with the Stein forms by default: a failed cold start is retried from the Jacobian
+        # forms' fixed point (_jacobian_start)
+        self._forms_start = not self._qmc and self.channel.conjugates == "stein" and "conjugates" not in user
+        self._jacobian: StateEvolution | None = None
         self._orders: dict = {}  # Gauss-Hermite solvers at other orders (fixed-point error, raised order)
         # secant pairs of the last stage of the last solve, and those to seed the next solve's first stage with:
         # a neighbouring order's map has nearly the same Jacobian (a re-solve from the answer then takes ~2 steps)
@@ -544,10 +552,9 @@ class StateEvolution:
                         note += f"; cold start stalled, continued from the fixed point at Delta = {lower:g}"
             out.message = f"{out.message}; {note}" if out.message else note
             return out
-        try:
-            res = self._solve_regular_staged(alpha, init, zero_test)
-        finally:  # outside a solve, _map is the plain cold map (amp.py uses it)
-            self._stage, self._warm_fine, self._spectral_warm = (self.channel, None), None, None
+        res = self._staged(alpha, init, zero_test)
+        if self._forms_start and res.phase == "regular" and not res.converged:
+            res = self._jacobian_start(alpha, init, res)
         res.quadrature = self._quadrature
         share = res.errors.get("branch_share", 0.0)
         if self.branch_switch is None or res.phase == "zero" or not share > self.branch_switch:
@@ -564,10 +571,59 @@ class StateEvolution:
         start = res.x if res.phase == "regular" and np.all(np.isfinite(res.x)) else init
         out = rough._solve_regular(alpha, start, zero_test=False)
         out.iterations += res.iterations
+        floor = _relative_floor(out, out.errors, "channel_")
+        if out.phase == "regular" and np.all(np.isfinite(out.x)) and not out.residual <= ROUGH_FLOOR_STOP * floor:
+            # the accurate stage ran out of iterations (or was accepted at the looser floor test): Anderson can
+            # wander on the jumps of a QMC map; a fresh history from its end point usually stops in a few steps
+            # (lambda = 1e-4, alpha = 0.23: accepted at residual 8.5e-4 with test error 0.4023; restarted: 10
+            # iterations to 3.2e-5, 0.3955)
+            again = rough._solve_regular(alpha, out.x, zero_test=False)
+            again.iterations += out.iterations
+            if again.converged and (not out.converged or again.residual < out.residual):
+                again.message += f"; restarted from the end point of a first QMC solve (residual {out.residual:.1e})"
+                out = again
+            else:
+                out.iterations = again.iterations
         note = (f"{rough._quadrature} rule: Gauss-Hermite branch share {share:.1e} > {self.branch_switch:g} "
                 f"(gh{self.channel.order}: test error {res.test_error:.5f}, residual {res.residual:.1e})")
+        if res.message:
+            note += f"; Gauss-Hermite: {res.message}"
         out.message = f"{out.message}; {note}" if out.message else note
         return out
+
+    def _staged(self, alpha: float, init, zero_test: bool) -> SEResult:
+        try:
+            return self._solve_regular_staged(alpha, init, zero_test)
+        finally:  # outside a solve, _map is the plain cold map (amp.py uses it)
+            self._stage, self._warm_fine, self._spectral_warm = (self.channel, None), None, None
+
+    def _jacobian_start(self, alpha: float, init, failed: SEResult) -> SEResult:
+        """The Gauss-Hermite solve with the Stein forms did not converge: it may have run off (lambda = 1e-5,
+        alpha = 0.2 cold: residual 1.7e-2 at q ~ 44; lambda = 0, alpha = 0.17 warm: q ~ 2e9 at residual 1e-3, where
+        the map is nearly scale-invariant) or only stalled on the jumps of a rough point. Solve the same stages with
+        the Jacobian forms (same rule and branch switch, no re-solve), whose map is tamer far from the fixed point,
+        and start the Stein forms again from there. Where that start is sound (converged, or stalled below
+        FORMS_START like any rough point), the new solve is kept whatever its residual, since a runaway can stall at
+        a small relative residual too; else the lower residual wins."""
+        if self._jacobian is None:
+            with _inner_solver():
+                self._jacobian = StateEvolution(
+                    self.problem, d=self.d, channel_options={**self._channel_options, "conjugates": "jacobian"},
+                    branch_switch=self.branch_switch, fixed_point_errors=False, accuracy=None,
+                    warm_start=self.warm_start, **self._solver_args)
+        start = self._jacobian._staged(alpha, init, zero_test=False)
+        if start.phase != "regular" or not np.all(np.isfinite(start.x)):
+            return failed
+        again = self._staged(alpha, start.x, zero_test=False)
+        again.iterations += failed.iterations + start.iterations
+        note = (f"started again from the Jacobian forms' Gauss-Hermite point (test error {start.test_error:.5f}, "
+                f"residual {start.residual:.1e}) after the Stein forms stopped at residual {failed.residual:.1e} "
+                f"(q = {failed.q:.3g})")
+        again.message = f"{again.message}; {note}" if again.message else note
+        if again.converged or start.residual <= FORMS_START or not again.residual > failed.residual:
+            return again
+        failed.iterations = again.iterations
+        return failed
 
     def _propagate_errors(self) -> bool:
         # QMC points (Gauss-Hermite points compare two orders instead, _add_two_order_errors). Default: on for
@@ -1256,7 +1312,12 @@ def channel_setup(problem: Problem, q0: float, channel_options: dict | None = No
     sharp = max(1.0, problem.student.beta, task.beta0)
     # (capped at MAX_GH_ORDER = 64, whose order^4 grid still fits in memory: from beta = 5.4 on the point's own
     # fixed-point error estimate says what that costs)
-    options = {"order": min(MAX_GH_ORDER, max(GH_ORDER, int(math.ceil(12 * sharp)))), **(channel_options or {})}
+    # the Stein forms of m_hat and sigma_hat (T = 2): the Jacobian forms differentiate g pointwise and so miss the
+    # jumps of the prox's global minimiser, and their Gauss-Hermite sums converge slowly near the prox's folds;
+    # the Stein forms need g alone and agree with the derivatives of the averaged Moreau envelope
+    # (docs/theory/state_evolution.md, "The conjugates: Stein forms")
+    options = {"order": min(MAX_GH_ORDER, max(GH_ORDER, int(math.ceil(12 * sharp)))),
+               **({"conjugates": "stein"} if task.tokens == 2 else {}), **(channel_options or {})}
     # QMC (T >= 3): 4 scrambled replicas of 2^12 Sobol' points, 2^11 from T = 5 on (cost ~ T^3 per node;
     # relative error of the conjugates ~4e-3 at T = 5, reported in ``errors``; raise qmc_log2 for more)
     if task.tokens >= 5 and "qmc_log2" not in options:
@@ -1267,7 +1328,7 @@ def channel_setup(problem: Problem, q0: float, channel_options: dict | None = No
 def _rule_key(channel: SoftmaxChannel) -> tuple:
     """What decides a channel call's value besides its arguments: the parameters and the rule (two channels with
     equal keys give bit-identical moments)."""
-    return (channel.params, channel.rule, channel.order, channel.tol, channel.max_iter)
+    return (channel.params, channel.rule, channel.order, channel.tol, channel.max_iter, channel.conjugates)
 
 
 def _order_difference(res: SEResult, other: SEResult) -> dict[str, float]:
@@ -1279,11 +1340,13 @@ def _order_difference(res: SEResult, other: SEResult) -> dict[str, float]:
     return err
 
 
-def _relative_floor(ch) -> float:
-    """Largest relative quadrature error estimate of the conjugates (q_hat, m_hat, sigma_hat) of a channel call."""
+def _relative_floor(ch, errors: dict | None = None, prefix: str = "") -> float:
+    """Largest relative quadrature error estimate of the conjugates (q_hat, m_hat, sigma_hat) of a channel call
+    (``ch.error_estimate``), or of an SEResult (``errors=res.errors, prefix="channel_"``)."""
+    errors = ch.error_estimate if errors is None else errors
     out = 0.0
     for k in ("q_hat", "m_hat", "sigma_hat"):
-        e = ch.error_estimate.get(k, float("nan"))
+        e = errors.get(prefix + k, float("nan"))
         if math.isfinite(e):
             out = max(out, e / max(abs(getattr(ch, k)), 1e-300))
     return out
