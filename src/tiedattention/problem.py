@@ -21,6 +21,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from .errors import ParameterError
 from .targets import Target, parse_target
 
@@ -73,6 +75,16 @@ def validate_number(name: str, value: Any, lower: float, *, closed: bool = False
                  else f"{'>=' if closed else '>'} {lower:g}")
         raise ParameterError(name, f"must be a number {bound}{' (or None)' if none else ''} (got {value!r:.60})")
     return v
+
+
+def validate_flag(name: str, value: Any, *, none: bool = False) -> bool | None:
+    """The one check of an on/off option: True or False (a numpy bool too; None allowed with ``none``), never a
+    truthy stand-in such as 1, "no" or a list (``warm_start="no"`` used to mean True)."""
+    if value is None and none:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ParameterError(name, f"must be True or False{' (or None)' if none else ''} (got {value!r:.60})")
 
 
 def _unknown_option(name: str, known: list[str]) -> ParameterError:

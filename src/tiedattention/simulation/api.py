@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..errors import ParameterError
-from ..problem import Problem, alpha_bar, validate_alpha, validate_integer, validate_problem
+from ..problem import Problem, alpha_bar, validate_alpha, validate_flag, validate_integer, validate_problem
 from ..targets import validate_dimension
 from .metrics import mse_on_S, rank_fraction, spectra, test_errors
 from .models import resolve_device
@@ -143,6 +143,7 @@ def simulate_record(
     validate_problem(problem)
     alpha = validate_alpha(alpha)
     _validate(d, seeds, solver, n_test, seed0, threads, rank_tol)
+    return_spectra = validate_flag("return_spectra", return_spectra)
     _validate_trainer_options(solver, trainer_options)
     # the values: the solver's (adam lr=-1 was torch's error), train()'s and progress (was a TypeError after a seed)
     train_own = {k: trainer_options[k] for k in _TRAIN_OPTIONS if k in trainer_options}

@@ -42,7 +42,15 @@ import numpy as np
 from scipy import optimize
 
 from ..errors import ConvergenceWarning, ParameterError
-from ..problem import Problem, alpha_bar, validate_alpha, validate_integer, validate_number, validate_problem
+from ..problem import (
+    Problem,
+    alpha_bar,
+    validate_alpha,
+    validate_flag,
+    validate_integer,
+    validate_number,
+    validate_problem,
+)
 from .channel import MAX_GH_ORDER, ChannelParams, SoftmaxChannel, check_channel_options
 from .denoisers import matrix_update
 from .spectral import FreeConvolution
@@ -330,8 +338,8 @@ class StateEvolution:
         self._qmc = self.channel.rule == "qmc"
         # QMC: the coarse rule's own error (~1e-3); GH: the coarse stage differs only by its spectral rule (~1e-7)
         self.coarse_tol = float(coarse_tol) if coarse_tol is not None else 1e-3 if self._qmc else max(0.3 * tol, 1e-9)
-        self.root_fallback = bool(root_fallback)
-        self.warm_start = bool(warm_start)
+        self.root_fallback = validate_flag("root_fallback", root_fallback)
+        self.warm_start = validate_flag("warm_start", warm_start)
         # T = 2 Gauss-Hermite: a QMC rule for the points where the prox's basin switch makes GH unreliable
         self.branch_switch = None if branch_switch is None or self._qmc else float(branch_switch)
         self.rough_options = {**ROUGH_QMC, **(rough_options or {})}
@@ -398,7 +406,7 @@ class StateEvolution:
         self._warm_fine: dict | None = None
         self._inter_abar: float | None = None
         # None: propagate the quadrature errors to the fixed point for sharp channels; True / False: always / never
-        self.fixed_point_errors = fixed_point_errors
+        self.fixed_point_errors = validate_flag("fixed_point_errors", fixed_point_errors, none=True)
 
     @property
     def channel_options(self) -> dict:
