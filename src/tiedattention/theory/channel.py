@@ -932,8 +932,10 @@ class SoftmaxChannel:
     tol, max_iter : Newton tolerance and iteration cap for the proxes.
     symmetric : fold the T = 2 Gauss-Hermite rule by the token-swap and sign-flip symmetries of the integrand
         (4x fewer nodes, same value up to round-off); False gives the plain tensor rule.
-    conjugates : "jacobian" (default) or "stein": the forms of m_hat and sigma_hat returned (with their error
-        estimates). The Jacobian forms integrate d g/d a and d g/d b: for labels dominated by logit noise
+    conjugates : "jacobian" (default here; the state evolution asks for "stein" at T = 2) or "stein": the forms
+        of m_hat and sigma_hat returned (with their error estimates). The Jacobian forms integrate d g/d a and
+        d g/d b pointwise, so they miss the jumps of g where the prox's global minimiser switches basin
+        (docs/theory/state_evolution.md, "The conjugates: Stein forms"); for labels dominated by logit noise
         (Qz >> Q0) d g/d a is a ridge of width ~1/(beta0 sqrt Qz) along the label's switching lines, which no
         fixed rule resolves, and tr H (I + sigma H)^-1 has heavy tails where the nonconvex prox is near a fold
         (I + sigma H nearly singular). The Stein forms E g.(q a - m b)/det and -E g.(Qz b - m a)/det need g alone
