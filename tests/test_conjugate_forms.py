@@ -96,3 +96,14 @@ def test_a_stalled_stein_solve_starts_again_from_the_jacobian_forms(monkeypatch)
     monkeypatch.setattr(se_module, "FORMS_START", math.inf)  # without the fallback
     off = StateEvolution(p, rough_options={"qmc_log2": 11}).solve(0.2)
     assert not off.converged and off.q > 20
+
+
+@pytest.mark.slow
+def test_a_runaway_accepted_at_the_quadrature_floor_is_solved_again():
+    """lambda = 0, alpha = 0.156 (just above the interpolation threshold 0.1535), cold: the Gauss-Hermite solve with
+    the Stein forms ran off to q ~ 1.6e7, Sigma ~ 6e9, where the map is nearly scale-invariant, and was accepted
+    at the quadrature floor (residual 9.8e-4); the QMC re-solve from there reported test error 1.037, converged.
+    Floor-accepted Stein solves now start again from the Jacobian forms' point too: 0.4994, q = 5.08 (~40 s)."""
+    r = StateEvolution(Problem.from_options(lam=0)).solve(0.156)
+    assert r.converged and r.q < 20 and 0.45 < r.test_error < 0.55
+    assert "started again from the Jacobian forms' Gauss-Hermite point" in r.message

@@ -561,7 +561,9 @@ class StateEvolution:
             out.message = f"{out.message}; {note}" if out.message else note
             return out
         res = self._staged(alpha, init, zero_test)
-        if self._forms_start and res.phase == "regular" and not res.converged:
+        if self._forms_start and res.phase == "regular" and not (res.converged and res.residual <= self.tol):
+            # (a point accepted at the quadrature floor counts as not converged here: lambda = 0, alpha = 0.156 ran
+            # off to q ~ 1.6e7, where the map is nearly scale-invariant, and was accepted at residual 9.8e-4)
             res = self._jacobian_start(alpha, init, res)
         res.quadrature = self._quadrature
         share = res.errors.get("branch_share", 0.0)
