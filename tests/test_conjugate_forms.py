@@ -107,3 +107,26 @@ def test_a_runaway_accepted_at_the_quadrature_floor_is_solved_again():
     r = StateEvolution(Problem.from_options(lam=0)).solve(0.156)
     assert r.converged and r.q < 20 and 0.45 < r.test_error < 0.55
     assert "started again from the Jacobian forms' Gauss-Hermite point" in r.message
+
+
+@pytest.mark.slow
+def test_a_qmc_re_solve_that_runs_out_of_iterations_restarts_from_its_end_point(monkeypatch):
+    """The QMC re-solve's accurate stage is capped (ROUGH_MAX_ITER = 80); Anderson can wander on the jumps of a QMC
+    map and end above a tenth of the rule's error (lambda = 1e-4, alpha = 0.23 was accepted 7e-3 off the curve).
+    It then restarts once from its end point with a fresh history. Forced here with a cap of 3 iterations at
+    lambda = 1e-4, alpha = 0.25 (4 x 2^12 points): without the restart the point ends unconverged; with it, it
+    converges near the curve (0.3815 at 4 x 2^14). ~25 s for both runs."""
+    import math
+
+    import tiedattention.theory.state_evolution as se_module
+
+    monkeypatch.setattr(se_module, "ROUGH_MAX_ITER", 3)
+    p = Problem.from_options(lam=1e-4)
+    r = StateEvolution(p, rough_options={"qmc_log2": 12}).solve(0.25)
+    assert r.converged and "restarted from the end point of a first QMC solve" in r.message
+    assert abs(r.test_error - 0.3815) < 0.01
+    real_floor = se_module._relative_floor
+    monkeypatch.setattr(se_module, "_relative_floor",  # a floor so high that no restart is asked for
+                        lambda ch, errors=None, prefix="": math.inf if prefix else real_floor(ch, errors, prefix))
+    off = StateEvolution(p, rough_options={"qmc_log2": 12}).solve(0.25)
+    assert not off.converged and "restarted from" not in off.message
