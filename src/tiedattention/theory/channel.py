@@ -619,13 +619,19 @@ def _prox_certified_pool(kern, b, lab, sig, first, tol, max_iter) -> _ReducedPro
         tight = sig[sub] * kern.sublevel_curvature_bound(b[sub], lab[sub], sig[sub], r.f[sub]) < 1.0
         sub = sub[~tight]
     if sub.size:
-        o = _pool_prox(kern, b[sub], lab[sub], sig[sub], first[sub], kern.extra_starts(b[sub]), tol, max_iter)
-        better = o.f < r.f[sub] - 1e-14 * (1.0 + np.abs(r.f[sub]))
-        idx = sub[better]
-        for name in ("c", "f", "loss", "grad", "hess", "residual", "start_index"):
-            getattr(r, name)[idx] = getattr(o, name)[better]
-        r.iterations = max(r.iterations, o.iterations)
+        _keep_lower(r, sub, _pool_prox(kern, b[sub], lab[sub], sig[sub], first[sub], kern.extra_starts(b[sub]), tol,
+                                       max_iter))
     return r
+
+
+def _keep_lower(r: _ReducedProx, sub: np.ndarray, o: _ReducedProx) -> None:
+    """Take ``o``'s minimiser (computed on the nodes ``sub`` of ``r``) into ``r`` in place wherever its prox objective
+    is lower beyond round-off: the lowest of the starts is kept."""
+    better = o.f < r.f[sub] - 1e-14 * (1.0 + np.abs(r.f[sub]))
+    idx = sub[better]
+    for name in ("c", "f", "loss", "grad", "hess", "residual", "start_index"):
+        getattr(r, name)[idx] = getattr(o, name)[better]
+    r.iterations = max(r.iterations, o.iterations)
 
 
 @dataclass
@@ -1188,17 +1194,12 @@ class SoftmaxChannel:
                         o.iterations = r2.iterations
                     if warm is not None:
                         c1_all[sub] = o.c
-                    better = o.f < r.f[sub] - 1e-14 * (1.0 + np.abs(r.f[sub]))
                     c0s = r.c[sub]
                     two = np.max(np.abs(o.c - c0s), axis=1) > 1e-6 * (1.0 + np.max(np.abs(c0s), axis=1))
                     if two.any():  # |  ||g_0||^2 - ||g_1||^2 | on the nodes with two distinct minima
                         jump = np.abs(_rowdot(o.grad, o.grad) - _rowdot(r.grad[sub], r.grad[sub]))
                         branch = self._wsum(panel.w[sub], np.where(two, jump, 0.0))
-                    idx = sub[better]
-                    for name in ("c", "f", "loss", "grad", "hess", "residual"):
-                        getattr(r, name)[idx] = getattr(o, name)[better]
-                    r.start_index[idx] = o.start_index[better]
-                    r.iterations = max(r.iterations, o.iterations)
+                    _keep_lower(r, sub, o)
                 if warm is not None:
                     warm[(ip, N)] = (c0_all, c1_all)
             if not np.all(np.isfinite(r.c)) or not np.all(np.isfinite(r.hess)):
