@@ -64,7 +64,7 @@ def _draw_files(mod: ModuleType, name: str, data: Any, quick: bool, out: Path, f
     """Draw the figure from its tidy data and write ``out/<name>.<format>`` for each format (atomically)."""
     from . import common
 
-    plt = common.pyplot()
+    plt = common.pyplot(paper=True)  # (the figure's own style: each draw() sets it too)
     fig = mod.draw(data, quick)
     paths = []
     try:

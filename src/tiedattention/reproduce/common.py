@@ -215,12 +215,14 @@ WIDTH = 7.0
 SMALL_PT = 6.5
 #: PNG resolution: 1400 px across at WIDTH
 DPI = 200
+#: the figure's title (suptitle)
+TITLE_PT = 8.5
 
 
 #: rcParams of the study's figures (``pyplot(paper=True)``): sized for :data:`WIDTH`, fonts in points as printed
 PAPER_STYLE = {
     "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 7.5, "legend.fontsize": SMALL_PT, "xtick.labelsize": 7,
-    "ytick.labelsize": 7, "figure.titlesize": 8.5, "savefig.dpi": DPI, "figure.dpi": 100, "lines.linewidth": 1.3,
+    "ytick.labelsize": 7, "figure.titlesize": TITLE_PT, "savefig.dpi": DPI, "figure.dpi": 100, "lines.linewidth": 1.3,
     "lines.markersize": 4.0, "legend.handlelength": 1.8, "legend.borderaxespad": 0.4, "legend.labelspacing": 0.35,
     "axes.titlepad": 4.0, "axes.labelpad": 2.5,
 }
@@ -294,7 +296,7 @@ def legend_in(cell, *groups: tuple[str | None, Any], **kw: Any):
 
 def suptitle(fig, text: str) -> None:
     """The figure's title: one line of the setting, left-aligned, wrapped to the width."""
-    fig.suptitle(_wrap(text, _chars(fig, 8.5)), x=0.01, ha="left", fontsize=8.5)
+    fig.suptitle(_wrap(text, _chars(fig, TITLE_PT)), x=0.01, ha="left", fontsize=TITLE_PT)
 
 
 def plot_theory(ax, data: pd.DataFrame, panel: str, series: str, label: str | None = None, **kw: Any):
