@@ -249,7 +249,9 @@ class StateEvolution:
         channel evaluations of the cheaper stages (and every one with QMC rules) start each node's Newton prox
         at the minimiser of the previous evaluation of the same stage (``SoftmaxChannel.moments(warm=...)``),
         and the spectral cut point at the previous one (``matrix_update(warm=...)``); a solve is still
-        deterministic (the warm states are reset at the start of each solve).
+        deterministic (the warm states are reset at the start of each solve). The stages that a later stage
+        refines skip the T = 2 start pool's fixed starts where a warm branch is known
+        (``moments(refresh_pool=False)``); the stage that decides the answer is cold or refreshes them.
     """
 
     # the two-order fixed-point error and the raised order re-solve with plain StateEvolution solvers; subclasses
@@ -404,6 +406,9 @@ class StateEvolution:
         self._spectral_warm: dict | None = None  # warm start of the spectral cut point within a solve
         self._stage: tuple[SoftmaxChannel, dict | None] = (self.channel, None)
         self._warm_fine: dict | None = None
+        # False in the stages that a later stage of the same solve refines: their warm proxes follow their
+        # branches without rerunning the T = 2 pool's fixed starts (SoftmaxChannel.moments(refresh_pool=...))
+        self._refresh_pool = True
         self._inter_abar: float | None = None
         # None: propagate the quadrature errors to the fixed point for sharp channels; True / False: always / never
         self.fixed_point_errors = validate_flag("fixed_point_errors", fixed_point_errors, none=True)
@@ -427,7 +432,7 @@ class StateEvolution:
             channel, warm = self._stage
             ch = self._seeded(alpha, x, channel, warm)
             if ch is None:
-                ch = channel.moments(alpha, q, m, sigma, warm=warm)
+                ch = channel.moments(alpha, q, m, sigma, warm=warm, refresh_pool=self._refresh_pool)
         nodes, swarm = (None, None) if final else (self._spectral_nodes, self._spectral_warm)
         ms = matrix_update(self.problem, self.measure, ch.q_hat, ch.m_hat, ch.sigma_hat, fixed_nodes=nodes,
                            warm=swarm)
@@ -855,13 +860,17 @@ class StateEvolution:
                 # d = 2000 power law's fixed spectral rule moved the estimate by 6.5e-6)
                 stages.append((self.channel_coarse, warm, None, self.tol))
         prior, self._prior_in = self._prior_in, None  # secant pairs handed over by the solver of another order
-        for channel, warm, nodes, tol in stages:
+        for i, (channel, warm, nodes, tol) in enumerate(stages):
             self._stage = (channel, warm)
             self._spectral_nodes = nodes
+            # the pool's fixed starts are rerun in warm calls only in a stage no later stage refines (the last of
+            # the low-order comparison solve); the accurate stage below refreshes them or is cold
+            self._refresh_pool = self._estimate_only and i == len(stages) - 1
             try:
                 st = self._iterate(alpha, y, tol, prior=prior)
             finally:
                 self._spectral_nodes = None
+                self._refresh_pool = True
             it0 += st["it"]
             prior = None
             if st["last_good"] is not None:
