@@ -614,14 +614,25 @@ def _prox_certified_pool(kern, b, lab, sig, first, tol, max_iter) -> _ReducedPro
     objective is kept. Where the certificate holds the prox objective is strictly convex on a set holding every
     minimiser, so z's stationary point is the global minimiser."""
     r = _prox_reduced(kern, b, lab, sig, [b], tol, max_iter)
-    sub = np.flatnonzero(sig * kern.negative_curvature_bound(lab) >= 1.0)
-    if sub.size:
-        tight = sig[sub] * kern.sublevel_curvature_bound(b[sub], lab[sub], sig[sub], r.f[sub]) < 1.0
-        sub = sub[~tight]
+    sub, _ = _uncertified(kern, b, lab, sig, r.f, kern.negative_curvature_bound(lab))
     if sub.size:
         _keep_lower(r, sub, _pool_prox(kern, b[sub], lab[sub], sig[sub], first[sub], kern.extra_starts(b[sub]), tol,
                                        max_iter))
     return r
+
+
+def _uncertified(kern, b, lab, sig, f0, curvature) -> tuple[np.ndarray, np.ndarray]:
+    """The convexity certificate of the prox objective f (SoftmaxChannel.moments and prox_softmax): node i is
+    certified where sig_i L_i < 1 for a bound L_i >= -lambda_min(H) of the loss's Hessian, first the global one
+    (``curvature``, :meth:`negative_curvature_bound`), then, where that fails, the bound on the sublevel set
+    {f <= f0_i} (f0: the objective of the first start's minimiser), which holds every minimiser. A stationary point
+    of a certified node is its global minimiser. Returns the indices of the uncertified nodes and of those
+    certified by the sublevel bound only."""
+    sub = np.flatnonzero(sig * curvature >= 1.0)
+    if not sub.size:
+        return sub, sub
+    tight = sig[sub] * kern.sublevel_curvature_bound(b[sub], lab[sub], sig[sub], f0[sub]) < 1.0
+    return sub[~tight], sub[tight]
 
 
 def _put(o: _ReducedProx, pos: np.ndarray, r: _ReducedProx, start_index) -> None:
@@ -1155,9 +1166,6 @@ class SoftmaxChannel:
             else:
                 branch = 0.0
                 sig = np.full(N, sigma)
-                # convexity certificate: where sigma * (bound on -lambda_min(H)) < 1 the prox objective is
-                # strictly convex and the start z suffices; elsewhere also start at the interpolating point
-                nonconvex = sigma * curvature >= 1.0
                 prev = warm.get((ip, N)) if warm is not None else None
                 start0 = prev[0] if prev is not None else b
                 r = _prox_reduced(kern, b, lab, sig, [start0], self.tol, self.max_iter)
@@ -1169,12 +1177,11 @@ class SoftmaxChannel:
                     # the interpolating start again only where the two branches were distinct last time
                     same = np.max(np.abs(prev[1] - prev[0]), axis=1) <= 1e-7 * (1.0 + np.max(np.abs(prev[0]), axis=1))
                     c1_all[same] = r.c[same]
-                sub = np.flatnonzero(nonconvex)
-                if sub.size:  # a sharper certificate on the sublevel set of start 0's minimum
-                    tight = sigma * kern.sublevel_curvature_bound(b[sub], lab[sub], sigma, r.f[sub]) < 1.0
-                    if warm is not None:  # one minimiser: the two branches coincide there
-                        c1_all[sub[tight]] = r.c[sub[tight]]
-                    sub = sub[~tight]
+                # convexity certificate (global, then on the sublevel set of start 0's minimum): where it holds
+                # the prox objective is strictly convex where its minimisers lie and start 0 suffices
+                sub, tight = _uncertified(kern, b, lab, sig, r.f, curvature)
+                if warm is not None:  # one minimiser: the two branches coincide there
+                    c1_all[tight] = r.c[tight]
                 if sub.size:  # further starts only where convexity is not certified
                     # o: the best minimiser of the other starts on sub (branch 1), start 0's where none ran
                     o = _ReducedProx(r.c[sub], r.f[sub], r.loss[sub], r.grad[sub], r.hess[sub], r.residual[sub],
