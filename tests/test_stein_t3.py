@@ -1,0 +1,149 @@
+"""T >= 3: the state evolution solves with the Jacobian forms of m_hat and sigma_hat, and where the branch share at
+that fixed point exceeds ``branch_switch`` it re-solves from there with the Stein forms and reports that point
+(docs/theory/state_evolution.md, "T >= 3: the Stein re-solve"). Where the prox's global minimiser jumps between basins
+the Jacobian forms drop the jumps' surface terms (tests/test_conjugate_forms.py); at T = 3, lambda = 1e-4, just above
+the interpolation threshold (alpha_bar ~ 0.46) the two fixed points differ by ~0.037 in the test error, ~10 times the
+QMC rule's error.
+
+The default-suite tests use 4 replicas of 2^10 points (each solve ~2 s); the slow ones the SE's default rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tiedattention.problem import Problem, alpha_from_bar
+from tiedattention.theory.state_evolution import StateEvolution
+
+RULE = {"qmc_log2": 10}
+BAND = Problem.from_options(tokens=3, lam=1e-4)
+FIG6 = Problem.from_options(tokens=3, lam=0.01)  # fig6's setting at T = 3
+A_BAND = alpha_from_bar(0.46, 3)
+
+
+def _x(res) -> np.ndarray:
+    return np.array([res.q, res.m, res.sigma])
+
+
+@pytest.fixture(scope="module")
+def jacobian_point():
+    """The Jacobian forms' fixed point, forms chosen explicitly (no route)."""
+    return StateEvolution(BAND, channel_options={**RULE, "conjugates": "jacobian"}).solve(A_BAND)
+
+
+@pytest.fixture(scope="module")
+def routed_point():
+    return StateEvolution(BAND, channel_options=RULE).solve(A_BAND)
+
+
+def test_the_route_reports_the_stein_fixed_point_started_from_the_jacobian_one(jacobian_point, routed_point):
+    """The default solve equals a Stein solve started from the Jacobian forms' fixed point, to the digit; that point is
+    ~0.037 above the Jacobian one (10x the rule's test-error estimate), and the result says where it came from."""
+    jac = jacobian_point
+    assert jac.converged and jac.quadrature == "qmc4x2^10" and "Stein" not in jac.message
+    assert jac.errors["branch_share"] > 1e-3  # (9.3e-3)
+    direct = StateEvolution(BAND, channel_options={**RULE, "conjugates": "stein"}).solve(A_BAND, init=_x(jac))
+    res = routed_point
+    assert direct.converged and res.converged
+    np.testing.assert_allclose(_x(res), _x(direct), rtol=1e-12)
+    assert res.test_error == pytest.approx(direct.test_error, rel=1e-12)
+    assert res.test_error - jac.test_error > 5 * res.errors["test_error"]  # (0.5823 vs 0.5451, estimate 3.4e-3)
+    assert res.quadrature == "qmc4x2^10+stein"
+    assert "Stein forms of m_hat, sigma_hat: branch share" in res.message
+    assert f"test error {jac.test_error:.5f}" in res.message
+    assert res.iterations > jac.iterations
+
+
+def test_the_route_triggers_above_the_threshold_and_not_below(jacobian_point):
+    """Around the same point: branch_switch just below the Jacobian point's share re-solves, just above keeps it."""
+    share = jacobian_point.errors["branch_share"]
+    above = StateEvolution(BAND, channel_options=RULE, branch_switch=1.01 * share).solve(A_BAND)
+    assert above.quadrature == "qmc4x2^10" and "Stein" not in above.message
+    np.testing.assert_array_equal(_x(above), _x(jacobian_point))
+    below = StateEvolution(BAND, channel_options=RULE, branch_switch=0.99 * share).solve(A_BAND)
+    assert below.quadrature == "qmc4x2^10+stein"
+    assert below.test_error - jacobian_point.test_error > 0.02
+
+
+def test_explicit_forms_and_branch_switch_none_take_no_route(jacobian_point):
+    """The user's conjugates option is respected (the Jacobian point above stayed Jacobian at share 9.3e-3);
+    branch_switch=None turns the route off; T = 2 has the Stein forms already and no route."""
+    assert StateEvolution(BAND, channel_options=RULE).stein_switch == 1e-3
+    for options in ({**RULE, "conjugates": "jacobian"}, {**RULE, "conjugates": "stein"}):
+        assert StateEvolution(BAND, channel_options=options).stein_switch is None
+    off = StateEvolution(BAND, channel_options=RULE, branch_switch=None)
+    assert off.stein_switch is None
+    res = off.solve(A_BAND)
+    np.testing.assert_array_equal(_x(res), _x(jacobian_point))
+    assert res.quadrature == "qmc4x2^10"
+    assert StateEvolution(Problem.from_options(lam=1e-4)).stein_switch is None
+    assert StateEvolution(Problem.from_options(lam=1e-4), channel_options={"rule": "qmc"}).stein_switch is None
+
+
+def test_a_lambda_0_01_point_has_no_branch_share_and_is_unchanged():
+    """fig6's setting at T = 3 near its nonconvex end (alpha_bar = 0.52, Sigma ~ 10): branch share 0, the default
+    solve is the Jacobian forms' point, bit for bit."""
+    a = alpha_from_bar(0.52, 3)
+    res = StateEvolution(FIG6, channel_options=RULE).solve(a)
+    jac = StateEvolution(FIG6, channel_options={**RULE, "conjugates": "jacobian"}).solve(a)
+    assert res.converged and res.errors["branch_share"] <= 1e-3
+    assert res.quadrature == "qmc4x2^10" and "Stein" not in res.message
+    np.testing.assert_array_equal(_x(res), _x(jac))
+
+
+def test_the_route_is_deterministic(routed_point):
+    again = StateEvolution(BAND, channel_options=RULE).solve(A_BAND)
+    np.testing.assert_array_equal(_x(again), _x(routed_point))
+    assert again.message == routed_point.message and again.iterations == routed_point.iterations
+
+
+def test_a_stein_re_solve_that_fails_keeps_the_jacobian_point_and_says_why(jacobian_point):
+    """Forced: the Stein re-solve capped at 3 iterations (no cheaper stage, no root fallback) cannot converge from the
+    Jacobian point (the Stein fixed point is ~13 % away in q); the Jacobian point is reported, converged, with the
+    reason in its message: never a silent switch."""
+    se = StateEvolution(BAND, channel_options=RULE)
+    se._stein = StateEvolution(BAND, channel_options={**RULE, "conjugates": "stein"}, max_iter=3, coarse_options=False,
+                               root_fallback=False)
+    res = se.solve(A_BAND)
+    np.testing.assert_array_equal(_x(res), _x(jacobian_point))
+    assert res.converged and res.quadrature == "qmc4x2^10"
+    assert "Jacobian forms kept although the branch share" in res.message
+    assert "the Stein re-solve from it did not converge" in res.message
+    assert res.iterations > jacobian_point.iterations
+
+
+# ------------------------------------------------------------------------------------------------- slow ------------
+@pytest.mark.slow
+def test_t3_band_point_gives_the_stein_value_with_the_default_rule():
+    """T = 3, lambda = 1e-4, alpha_bar = 0.46, the SE's rule (4 x 2^12): the route reports the Stein fixed point,
+    0.5824 +- 4.4e-4 by a cold Stein solve (helper-51; 0.5836 +- 1.5e-4 at 4 x 2^14), where the Jacobian forms give
+    0.5454."""
+    res = StateEvolution(BAND).solve(A_BAND)
+    assert res.converged and res.quadrature == "qmc4x2^12+stein"
+    assert res.test_error == pytest.approx(0.5824, abs=3e-3)
+    assert res.test_error - 0.5454 > 0.03
+
+
+@pytest.mark.slow
+def test_t3_band_curve_converges_everywhere():
+    """A warm-started curve across the band (alpha_bar 0.34 ... 0.61, Jacobian branch shares 3e-3 ... 1e-2): every
+    point is re-solved with the Stein forms and converges (measured: 0.5758, 0.6217, 0.5827, 0.5105, 0.4400 against
+    the Jacobian forms' 0.5743, 0.5938 (not converged, residual 1.1e-3), 0.5451, 0.4911, 0.4320; ~95 s)."""
+    abars = [0.34, 0.40, 0.46, 0.53, 0.61]
+    se = StateEvolution(BAND)
+    curve = se.learning_curve([alpha_from_bar(ab, 3) for ab in abars])
+    for res in curve:
+        assert res.converged and res.phase == "regular", res.message
+        assert res.quadrature == "qmc4x2^12+stein", res.message
+
+
+@pytest.mark.slow
+def test_t3_lambda_0_01_is_unchanged():
+    """fig6's T = 3 points (lambda = 0.01, alpha_bar 0.05 ... 10) at the SE's rule: branch share below the threshold,
+    the default solve equals the Jacobian forms' solve bit for bit."""
+    for ab in (0.29, 0.52, 1.7):
+        a = alpha_from_bar(ab, 3)
+        res = StateEvolution(FIG6).solve(a)
+        jac = StateEvolution(FIG6, channel_options={"conjugates": "jacobian"}).solve(a)
+        assert res.errors["branch_share"] <= 1e-3 and res.quadrature == "qmc4x2^12"
+        np.testing.assert_array_equal(_x(res), _x(jac))
