@@ -301,13 +301,19 @@ def channel_replicon(problem: Problem, alpha: float, q: float, m: float, sigma: 
 
 def channel_options_for(quadrature: str) -> dict | None:
     """The channel options of an SE point's rule name (``SEResult.quadrature``): "qmcRx2^L" -> QMC with R
-    replicas of 2^L points; "ghN" -> Gauss-Hermite of order N (a point whose order was raised); None (the SE's
-    default rule) for an empty name."""
-    hit = re.fullmatch(r"qmc(\d+)x2\^(\d+)", quadrature or "")
+    replicas of 2^L points; "ghN" -> Gauss-Hermite of order N (a point whose order was raised); a "+stein" suffix
+    (a T >= 3 point re-solved with the Stein forms of the conjugates) adds ``conjugates="stein"``; None (the
+    SE's default rule) for an empty name."""
+    name = quadrature or ""
+    forms = {"conjugates": "stein"} if name.endswith("+stein") else {}
+    name = name.removesuffix("+stein")
+    hit = re.fullmatch(r"qmc(\d+)x2\^(\d+)", name)
     if hit is not None:
-        return {"rule": "qmc", "replicas": int(hit.group(1)), "qmc_log2": int(hit.group(2))}
-    hit = re.fullmatch(r"gh(\d+)", quadrature or "")
-    return {"order": int(hit.group(1))} if hit is not None else None
+        return {"rule": "qmc", "replicas": int(hit.group(1)), "qmc_log2": int(hit.group(2)), **forms}
+    hit = re.fullmatch(r"gh(\d+)", name)
+    if hit is not None:
+        return {"order": int(hit.group(1)), **forms}
+    return forms or None
 
 
 def rs_stability(problem: Problem, point, alpha: float | None = None, d: int | None = None,
