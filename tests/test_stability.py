@@ -422,3 +422,26 @@ def test_at_of_a_stein_resolved_point_uses_the_stein_forms():
     # the same nodes: a paired difference (2.7 % in the denoiser part, 2.4 replica errors of AT itself)
     assert own.channel == jacobian.channel
     assert abs(own.denoiser / jacobian.denoiser - 1) > 0.02, (own.denoiser, jacobian.denoiser)
+
+
+@pytest.mark.slow
+def test_beta2_plateau_is_rs_unstable_above_alpha_0_7():
+    """beta = beta0 = 2: the RS fixed point is AT-stable at alpha = 0.5 (0.902 +- 0.011, where the SE agrees with the
+    ERM: 0.3880 vs 0.3866 +- 0.006 at d = 100) and AT-unstable on the upper end of the plateau (alpha = 0.8685:
+    1.25 +- 0.13, where the ERM reads 0.292-0.315 at d = 40-160, rising with d, against the SE's 0.3735). The
+    regular replicon alone exceeds 1 there, which it does nowhere for the default problem at beta = 1
+    (docs/theory/state_evolution.md, "beta = beta0 = 2", session 14). alpha = 0.8 is used (1.062 +- 0.028):
+    cheaper and better determined."""
+    from tiedattention.theory.state_evolution import StateEvolution
+
+    p = Problem.from_options(beta=2, beta0=2)
+    se = StateEvolution(p)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        half = se.solve(0.5)
+        high = se.solve(0.8, init=half)
+    assert half.quadrature == high.quadrature == "qmc4x2^14" and half.converged and high.converged
+    low_at, high_at = rs_stability(p, half), rs_stability(p, high)
+    assert low_at.at + 3 * low_at.error < 1.0, (low_at.at, low_at.error)
+    assert high_at.at - 2 * high_at.error > 1.0, (high_at.at, high_at.error)
+    assert not high_at.stable and low_at.stable
