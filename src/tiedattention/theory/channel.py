@@ -192,8 +192,17 @@ class _GeneralKernel:
         return y
 
     def extra_starts(self, b: np.ndarray) -> list[np.ndarray]:
-        """No further Newton starts for T >= 3 (z and the interpolating point only)."""
-        return []
+        """Newton starts besides z and the interpolating point, for the nodes where the prox is not certified
+        convex (the T >= 3 analogue of :meth:`_TwoTokenKernel.extra_starts`): at T = 3 c = 0, uniform
+        attention; none from T = 4 on.
+
+        With z and the interpolating point alone, both ended in the same non-global basin at 9 of 4 x 2^12 QMC
+        nodes at T = 3, beta = beta0 = 2, (q, m, Sigma) = (1.3, 1.2, 1.6) (objective up to 0.38 too high); the
+        pool with c = 0 leaves 1, for ~1.1-1.3x per state-evolution point. Adding, per row r, the least-squares
+        point with row r uniform and the other rows at z's logits found every minimum there but made a
+        state-evolution point ~2.3-2.5x slower. At T = 5 c = 0 found none of the 3 misses of 3 x 2^10 nodes
+        (objective <= 0.04 too high) and cost 1.3-1.45x (docs/theory/channel.md, "Missed global minima")."""
+        return [np.zeros_like(b)] if self.T == 3 else []
 
     def negative_curvature_bound(self, lab: np.ndarray) -> np.ndarray:
         """(N,) bound L with lambda_min(H(c)) >= -L for all c: the residual part of each row's Hessian has
@@ -1119,21 +1128,22 @@ class SoftmaxChannel:
 
         ``sigma = 0`` is the exact limit (h* = z, g = -grad l(z), dg/dz = -H(z)); q = m = 0 (z = 0) is allowed.
 
-        Where convexity is not certified, further Newton starts run besides z: at T >= 3 the interpolating
-        point; at T = 2 a pool of the interpolating point and three fixed points (row logits at 0 / at z's,
-        :meth:`_TwoTokenKernel.extra_starts`), each for a few steps, continued from the lowest. The lowest
-        prox objective is kept (docs/theory/channel.md, "Missed global minima").
+        Where convexity is not certified, further Newton starts run besides z: a pool of the interpolating
+        point and the kernel's fixed points (T = 2: row logits at 0 / at z's, :meth:`_TwoTokenKernel.extra_starts`;
+        T = 3: c = 0, :meth:`_GeneralKernel.extra_starts`), each for a few steps, continued from the lowest;
+        T >= 4: the interpolating point alone. The lowest prox objective is kept (docs/theory/channel.md,
+        "Missed global minima").
 
         ``warm``: an optional dict owned by the caller (start with ``{}``). Start 0 then begins at the
-        minimiser it reached, node by node, in the previous call with the same dict, and the second start
-        (T >= 3) or the pool's interpolating point (T = 2) at the minimiser of the other starts there; this
-        cuts the Newton iterations when successive calls are close (state-evolution iterations). At T >= 3
-        the second start is run again only at the nodes where the two branches were distinct in the previous
-        call; at T = 2 the pool's fixed starts run at every uncertified node, so that basins no branch
-        followed are still found. The lower prox objective is kept; the result equals the cold one to the
+        minimiser it reached, node by node, in the previous call with the same dict, and the pool's
+        interpolating point at the minimiser of the other starts there; this cuts the Newton iterations when
+        successive calls are close (state-evolution iterations). At T >= 3 the pool (T >= 4: the second start)
+        is run again only at the nodes where the two branches were distinct in the previous call (or where the
+        dict holds no branch); at T = 2 the pool's fixed starts run at every uncertified node, so that basins no
+        branch followed are still found. The lower prox objective is kept; the result equals the cold one to the
         Newton tolerance except where a new basin appears or a start would jump between basins (the SE checks
-        the final point with a cold call). The dict is updated in place; a call with ``warm=None`` is cold
-        and deterministic.
+        the final point with a cold call). The dict is updated in place; a call with ``warm=None`` is cold and
+        deterministic.
 
         ``refresh_pool`` (T = 2, warm calls only): False skips the pool's fixed starts where the previous call of
         the dict left a branch, so that only the warm branches (start 0's and the pool's kept minimiser) are
@@ -1196,8 +1206,10 @@ class SoftmaxChannel:
                     # two calls where no branch followed them (docs/theory/channel.md, "Missed global minima");
                     # refresh_pool=False runs them only where no branch is known
                     pool = np.zeros(sub.size, dtype=bool)
-                    if extra:
+                    if extra and kern.n == 2:
                         pool = np.ones(sub.size, dtype=bool) if refresh_pool else ~known
+                    elif extra:  # T >= 3: as its second start, where no branch is known or the two were distinct
+                        pool = ~known if same is None else ~known | ~same[sub]
                     if pool.any():
                         s1 = (p.beta0 / p.beta) * a[sub]
                         if prev is not None:
