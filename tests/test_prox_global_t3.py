@@ -71,3 +71,29 @@ def test_channel_prox_is_the_multistart_minimum_on_the_se_nodes():
     assert not missed, missed
     # the per-node objectives are the channel's own: its envelope is their weighted mean
     assert abs(mo.envelope - np.mean(env)) <= 1e-12 * (1.0 + abs(mo.envelope)), (mo.envelope, np.mean(env))
+
+
+def test_prox_softmax_is_the_multistart_minimum_on_the_se_nodes():
+    """prox_softmax (GAMP, two_time, strong_modes) at T = 3 uses the channel's start pool too: on the same tail
+    nodes, in full coordinates (z = b B^T, y = the teacher's softmax), its prox objective equals the multistart
+    minimum. With z and the least-squares logits alone (before session 14) it kept a non-global minimum at some
+    of them."""
+    from tiedattention.theory.channel import _softmax_rows, prox_softmax, reduced_basis
+
+    full = SoftmaxChannel(P3, rule="qmc", qmc_log2=12, replicas=2)
+    ch = SoftmaxChannel(P3, rule="qmc", qmc_log2=4, replicas=2)
+    qz, kern, B = P3.q_zeta, ch._kern, reduced_basis(3)
+    missed = []
+    for ip, pan in enumerate(full.panels):
+        r = np.linalg.norm(pan.x, axis=1)
+        far = _Panel(pan.x[np.argsort(r)[-int(0.12 * r.size):]], None)
+        a, b = ch._teacher_student(far, qz, M, np.sqrt(Q - M * M / qz))
+        lab, _ = ch._labels(len(ch.panels) + ip, far, a)  # (an index past the rule's panels: not cached)
+        N = b.shape[0]
+        y = _softmax_rows((P3.beta0 * (a @ ch.R3.reshape(9, ch.n).T)).reshape(N, 3, 3))
+        pr = prox_softmax(b @ B.T, y, SIGMA, P3.beta, 3)
+        f_prox = np.sum((pr.h - b @ B.T) ** 2, axis=1) / (2.0 * SIGMA) + pr.loss
+        f_min = _multistart_min(kern, a, b, lab, SIGMA, 24, seed=ip)
+        gap = f_prox - f_min
+        missed += [(ip, i, gap[i]) for i in np.flatnonzero(gap > 1e-9 * (1.0 + np.abs(f_min)))]
+    assert not missed, missed

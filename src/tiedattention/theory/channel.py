@@ -712,10 +712,11 @@ def prox_softmax(z, y, sigma, beta: float, tokens: int, init=None, tol: float = 
         whose softmax matches y best -- the interpolating point when y is a softmax), an (N, K) array,
         or a list of such arrays. z itself is always a start; the lowest prox objective is kept, so the
         result is the global minimiser whenever one of the starts lies in its basin. With the default at
-        T = 2, the starts besides z run only where convexity is not certified, as the start pool of
-        :meth:`SoftmaxChannel.moments` (the least-squares logits and three fixed points, a few Newton steps
-        each, continued from the lowest; start_index 1-4); with ``init`` given (or T >= 3) z and the given
-        starts each run to convergence (a caller following one branch keeps it).
+        T = 2 and 3, the starts besides z run only where convexity is not certified, as the start pool of
+        :meth:`SoftmaxChannel.moments` (the least-squares logits and the kernel's fixed points -- T = 2: three,
+        T = 3: c = 0 -- a few Newton steps each, continued from the lowest; start_index 1 + the start's index);
+        with ``init`` given (or T >= 4) z and the given starts each run to convergence (a caller following one
+        branch keeps it).
     tol : stopping tolerance on the scaled gradient norm
         |h - z + sigma grad l| / (1 + |h - z| + sigma |grad l|).
 
@@ -749,7 +750,7 @@ def prox_softmax(z, y, sigma, beta: float, tokens: int, init=None, tol: float = 
         inits = [init] if isinstance(init, np.ndarray) and init.ndim <= 2 else list(init)
         for h0 in inits:
             starts.append(np.atleast_2d(np.asarray(h0, dtype=float)).reshape(N, K) @ B)
-    if init is None and T == 2:
+    if init is None and kern.extra_starts(b[:1]):  # T = 2, 3: the channel's start pool
         r = _prox_certified_pool(kern, b, lab, sig, starts[1], tol, max_iter)
     else:
         r = _prox_reduced(kern, b, lab, sig, starts, tol, max_iter)
