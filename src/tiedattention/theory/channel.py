@@ -1200,12 +1200,13 @@ class SoftmaxChannel:
                     # branch 1's previous minimiser, where the previous call of the dict left one
                     known = np.isfinite(prev[1][sub, 0]) if prev is not None else np.zeros(sub.size, dtype=bool)
                     extra = kern.extra_starts(b[sub])
-                    # T = 2: a pool of starts, the interpolating point (warm: branch 1's previous minimiser) and
-                    # the kernel's fixed starts (row logits at 0 / at z's), each for _POOL_STEPS Newton steps;
-                    # Newton is continued from the lowest of them (ties: the first). By default the fixed starts
-                    # run in warm calls too, at every node of sub: their basins can become the global ones between
-                    # two calls where no branch followed them (docs/theory/channel.md, "Missed global minima");
-                    # refresh_pool=False runs them only where no branch is known
+                    # T = 2, 3: a pool of starts, the interpolating point (warm: branch 1's previous minimiser) and
+                    # the kernel's fixed starts (T = 2: row logits at 0 / at z's; T = 3: c = 0), each for
+                    # _POOL_STEPS Newton steps;
+                    # Newton is continued from the lowest of them (ties: the first). At T = 2 the fixed starts run
+                    # in warm calls too by default, at every node of sub: their basins can become the global ones
+                    # between two calls where no branch followed them (docs/theory/channel.md, "Missed global
+                    # minima"); refresh_pool=False runs them only where no branch is known
                     pool = np.zeros(sub.size, dtype=bool)
                     if extra and kern.n == 2:
                         pool = np.ones(sub.size, dtype=bool) if refresh_pool else ~known
