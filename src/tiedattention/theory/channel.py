@@ -187,6 +187,7 @@ class _GeneralKernel:
         self.n = self.R3.shape[2]
         self.R2 = self.R3.reshape(self.T * self.T, self.n)
         self.R2T = np.ascontiguousarray(self.R2.T)
+        self.pooled = self.T == 3  # extra_starts is not empty: the prox runs a start pool (T = 3 only)
 
     def labels(self, y: np.ndarray) -> np.ndarray:
         return y
@@ -202,7 +203,7 @@ class _GeneralKernel:
         point with row r uniform and the other rows at z's logits found every minimum there but made a
         state-evolution point ~2.3-2.5x slower. At T = 5 c = 0 found none of the 3 misses of 3 x 2^10 nodes
         (objective <= 0.04 too high) and cost 1.3-1.45x (docs/theory/channel.md, "Missed global minima")."""
-        return [np.zeros_like(b)] if self.T == 3 else []
+        return [np.zeros_like(b)] if self.pooled else []
 
     def negative_curvature_bound(self, lab: np.ndarray) -> np.ndarray:
         """(N,) bound L with lambda_min(H(c)) >= -L for all c: the residual part of each row's Hessian has
@@ -253,6 +254,7 @@ class _TwoTokenKernel:
         self.kk = np.stack([k[:, 0] * k[:, 0], k[:, 0] * k[:, 1], k[:, 1] * k[:, 1]], axis=1)  # (2, 3)
         self._kk_norm = float(np.linalg.eigvalsh(k.T @ k).max())
         self._Kinv = np.linalg.inv(k)  # row logits v = beta K c  ->  c = K^-1 v / beta
+        self.pooled = True  # extra_starts is not empty: the prox runs a start pool
 
     def extra_starts(self, b: np.ndarray) -> list[np.ndarray]:
         """Newton starts besides z and the interpolating point, for the nodes where the prox is not certified
@@ -590,10 +592,7 @@ def _prox_reduced(kern, b, lab, sig, starts, tol, max_iter) -> _ReducedProx:
         if best is None:
             best = r
             continue
-        better = r.f < best.f - 1e-14 * (1.0 + np.abs(best.f))
-        if better.any():
-            for name in ("c", "f", "loss", "grad", "hess", "residual", "start_index"):
-                getattr(best, name)[better] = getattr(r, name)[better]
+        _keep_lower(best, np.arange(b.shape[0]), r)
     best.iterations = total_it
     return best
 
@@ -750,7 +749,7 @@ def prox_softmax(z, y, sigma, beta: float, tokens: int, init=None, tol: float = 
         inits = [init] if isinstance(init, np.ndarray) and init.ndim <= 2 else list(init)
         for h0 in inits:
             starts.append(np.atleast_2d(np.asarray(h0, dtype=float)).reshape(N, K) @ B)
-    if init is None and kern.extra_starts(b[:1]):  # T = 2, 3: the channel's start pool
+    if init is None and kern.pooled:  # T = 2, 3: the channel's start pool
         r = _prox_certified_pool(kern, b, lab, sig, starts[1], tol, max_iter)
     else:
         r = _prox_reduced(kern, b, lab, sig, starts, tol, max_iter)
@@ -1199,30 +1198,34 @@ class SoftmaxChannel:
                                      0, np.zeros(sub.size, dtype=int))
                     # branch 1's previous minimiser, where the previous call of the dict left one
                     known = np.isfinite(prev[1][sub, 0]) if prev is not None else np.zeros(sub.size, dtype=bool)
-                    extra = kern.extra_starts(b[sub])
+                    # where branch 1 may differ from start 0's: everywhere in a first call, else where the two
+                    # branches were distinct last time (or none is known: a NaN row is never "same")
+                    need = np.ones(sub.size, dtype=bool) if same is None else ~same[sub]
                     # T = 2, 3: a pool of starts, the interpolating point (warm: branch 1's previous minimiser) and
                     # the kernel's fixed starts (T = 2: row logits at 0 / at z's; T = 3: c = 0), each for
-                    # _POOL_STEPS Newton steps;
-                    # Newton is continued from the lowest of them (ties: the first). At T = 2 the fixed starts run
-                    # in warm calls too by default, at every node of sub: their basins can become the global ones
-                    # between two calls where no branch followed them (docs/theory/channel.md, "Missed global
-                    # minima"); refresh_pool=False runs them only where no branch is known
-                    pool = np.zeros(sub.size, dtype=bool)
-                    if extra and kern.n == 2:
+                    # _POOL_STEPS Newton steps; Newton is continued from the lowest of them (ties: the first).
+                    # T = 3 runs it where the second start would run. At T = 2 the fixed starts run in warm calls
+                    # too by default, at every node of sub: their basins can become the global ones between two
+                    # calls where no branch followed them (docs/theory/channel.md, "Missed global minima");
+                    # refresh_pool=False runs them only where no branch is known
+                    if not kern.pooled:
+                        pool = np.zeros(sub.size, dtype=bool)
+                    elif kern.n == 2:
                         pool = np.ones(sub.size, dtype=bool) if refresh_pool else ~known
-                    elif extra:  # T >= 3: as its second start, where no branch is known or the two were distinct
-                        pool = ~known if same is None else ~known | ~same[sub]
+                    else:
+                        pool = need
                     if pool.any():
                         s1 = (p.beta0 / p.beta) * a[sub]
                         if prev is not None:
                             s1[known] = prev[1][sub[known]]
                         pp = np.flatnonzero(pool)
-                        o1 = _pool_prox(kern, b[sub[pp]], lab[sub[pp]], sig[sub[pp]], s1[pp], [e[pp] for e in extra],
-                                        self.tol, self.max_iter)
+                        extra = [e[pp] for e in kern.extra_starts(b[sub])]
+                        o1 = _pool_prox(kern, b[sub[pp]], lab[sub[pp]], sig[sub[pp]], s1[pp], extra, self.tol,
+                                        self.max_iter)
                         _put(o, pp, o1, o1.start_index)
-                    # the interpolating point (warm: branch 1's previous minimiser) where the branches were
-                    # distinct last time (T >= 3, and T = 2 outside the pool)
-                    second = ~pool if same is None else ~pool & ~same[sub]
+                    # the interpolating point alone (warm: branch 1's previous minimiser) where it is needed and the
+                    # pool did not run (T >= 4, and T = 2 outside the pool)
+                    second = need & ~pool
                     if second.any():
                         pos = np.flatnonzero(second)
                         s2 = sub[pos]
