@@ -578,7 +578,7 @@ class StateEvolution:
                     if again.converged:
                         out = again
                         note += f"; cold start stalled, continued from the fixed point at Delta = {lower:g}"
-            out.message = f"{out.message}; {note}" if out.message else note
+            _add_note(out, note)
             return out
         res = self._staged(alpha, init, zero_test)
         if self._forms_start and res.phase == "regular" and not (res.converged and res.residual <= self.tol):
@@ -615,7 +615,7 @@ class StateEvolution:
             again = rough._solve_regular(alpha, out.x, zero_test=False)
             again.iterations += out.iterations
             if again.converged and (not out.converged or again.residual < out.residual):
-                again.message += f"; restarted from the end point of a first QMC solve (residual {out.residual:.1e})"
+                _add_note(again, f"restarted from the end point of a first QMC solve (residual {out.residual:.1e})")
                 out = again
             else:
                 out.iterations = again.iterations
@@ -623,7 +623,7 @@ class StateEvolution:
                 f"(gh{self.channel.order}: test error {res.test_error:.5f}, residual {res.residual:.1e})")
         if res.message:
             note += f"; Gauss-Hermite: {res.message}"
-        out.message = f"{out.message}; {note}" if out.message else note
+        _add_note(out, note)
         return out
 
     def _staged(self, alpha: float, init, zero_test: bool) -> SEResult:
@@ -651,7 +651,7 @@ class StateEvolution:
         note = (f"started again from the Jacobian forms' Gauss-Hermite point (test error {start.test_error:.5f}, "
                 f"residual {start.residual:.1e}) after the Stein forms stopped at residual {failed.residual:.1e} "
                 f"(q = {failed.q:.3g})")
-        again.message = f"{again.message}; {note}" if again.message else note
+        _add_note(again, note)
         if again.converged or start.residual <= FORMS_START or not again.residual > failed.residual:
             return again
         failed.iterations = again.iterations
@@ -691,12 +691,12 @@ class StateEvolution:
             note = f"Stein forms of m_hat, sigma_hat: {why}"
             if res.message:
                 note += f"; Jacobian forms: {res.message}"
-            out.message = f"{out.message}; {note}" if out.message else note
+            _add_note(out, note)
             return out
         if out is not None:
             res.iterations += out.iterations
         note = f"Jacobian forms kept although the {why}: the Stein re-solve from it did not converge ({fail})"
-        res.message = f"{res.message}; {note}" if res.message else note
+        _add_note(res, note)
         return res
 
     def _propagate_errors(self) -> bool:
@@ -751,7 +751,7 @@ class StateEvolution:
                 solver._prior_in = None  # never carried into another solve (determinism)
             if hi is None or not hi.converged or hi.phase != "regular":
                 note = f"order {order} did not converge; kept order {path[-1]}"
-                res.message = f"{res.message}; {note}" if res.message else note
+                _add_note(res, note)
                 return res
             err = _order_difference(hi, res)
             hi.errors.update(err)
@@ -759,12 +759,12 @@ class StateEvolution:
             path.append(order)
             note = (f"Gauss-Hermite order raised {' -> '.join(map(str, path))}: fixed-point error estimate of "
                     f"the test error {est:.1e} > accuracy {self.accuracy:g}")
-            hi.message = f"{hi.message}; {note}" if hi.message else note
+            _add_note(hi, note)
             est, res = err["fixed_point_test_error"], hi
         if self.accuracy is not None and est is not None and est > self.accuracy:  # order at its maximum
             note = (f"fixed-point error estimate of the test error {est:.1e} > accuracy {self.accuracy:g} at "
                     f"Gauss-Hermite order {order} (max_order {self.max_order})")
-            res.message = f"{res.message}; {note}" if res.message else note
+            _add_note(res, note)
         return res
 
     def _add_two_order_errors(self, alpha: float, res: SEResult) -> None:
@@ -796,7 +796,7 @@ class StateEvolution:
             solver._prior_in = solver._seed_in = None  # never carried into another solve (determinism)
         if low is None or not low.converged or low.phase != "regular":
             note = f"no fixed-point error estimate (order {self.channel_final.order_low}: {why})"
-            res.message = f"{res.message}; {note}" if res.message else note
+            _add_note(res, note)
             return
         res.errors.update(_order_difference(res, low))
 
@@ -1416,6 +1416,11 @@ def _order_difference(res: SEResult, other: SEResult) -> dict[str, float]:
     for key in ("test_error", "test_error_clean"):
         err[f"fixed_point_{key}"] = abs(getattr(res, key) - getattr(other, key)) + res.errors.get(key, 0.0)
     return err
+
+
+def _add_note(res: SEResult, note: str) -> None:
+    """Append ``note`` to ``res.message`` ("; "-separated), in place."""
+    res.message = f"{res.message}; {note}" if res.message else note
 
 
 def _relative_floor(ch, errors: dict | None = None, prefix: str = "") -> float:
