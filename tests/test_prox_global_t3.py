@@ -40,18 +40,24 @@ def _multistart_min(kern, a, b, lab, sigma, starts, seed):
     return _objective(kern, c, bb, ll, sigma).reshape(reps, N).min(axis=0)
 
 
+def _tail_panels() -> list:
+    """The 12 % of each of two 2^12-node replicas of the SE's QMC rule farthest from the origin (where the missed
+    minima sat), as equal-weight panels."""
+    panels = []
+    for pan in SoftmaxChannel(P3, rule="qmc", qmc_log2=12, replicas=2).panels:
+        r = np.linalg.norm(pan.x, axis=1)
+        far = np.argsort(r)[-int(0.12 * r.size):]
+        panels.append(_Panel(pan.x[far], np.full(far.size, 1.0 / far.size)))
+    return panels
+
+
 def test_channel_prox_is_the_multistart_minimum_on_the_se_nodes():
     """On the tails of two replicas of the state evolution's own QMC rule at T = 3 (the 12 % of each 2^12-node
     replica farthest from the origin, where the missed minima sat), the channel's per-node prox objective (the
     lower of its two branches, read from a fresh ``warm`` dict: the same call as a cold one) equals the lowest
     one of 24 random Newton starts per node. Before c = 0 joined the start pool 3 of these nodes kept a
     non-global minimum (objective 0.17-0.35 too high)."""
-    full = SoftmaxChannel(P3, rule="qmc", qmc_log2=12, replicas=2)
-    panels = []
-    for pan in full.panels:
-        r = np.linalg.norm(pan.x, axis=1)
-        far = np.argsort(r)[-int(0.12 * r.size):]
-        panels.append(_Panel(pan.x[far], np.full(far.size, 1.0 / far.size)))
+    panels = _tail_panels()
     ch = SoftmaxChannel(P3, rule="qmc", qmc_log2=4, replicas=2)
     ch.panels = tuple(panels)
     warm = {}
@@ -80,13 +86,10 @@ def test_prox_softmax_is_the_multistart_minimum_on_the_se_nodes():
     of them."""
     from tiedattention.theory.channel import _softmax_rows, prox_softmax, reduced_basis
 
-    full = SoftmaxChannel(P3, rule="qmc", qmc_log2=12, replicas=2)
     ch = SoftmaxChannel(P3, rule="qmc", qmc_log2=4, replicas=2)
     qz, kern, B = P3.q_zeta, ch._kern, reduced_basis(3)
     missed = []
-    for ip, pan in enumerate(full.panels):
-        r = np.linalg.norm(pan.x, axis=1)
-        far = _Panel(pan.x[np.argsort(r)[-int(0.12 * r.size):]], None)
+    for ip, far in enumerate(_tail_panels()):
         a, b = ch._teacher_student(far, qz, M, np.sqrt(Q - M * M / qz))
         lab, _ = ch._labels(len(ch.panels) + ip, far, a)  # (an index past the rule's panels: not cached)
         N = b.shape[0]
