@@ -25,27 +25,28 @@ __all__ = ["theory_curve", "threshold_diagram"]
 def theory_curve(params: Mapping[str, Any]) -> dict[str, Any]:
     """SE learning curve of the cell's problem over ``params["alphas"]`` (increasing), warm-started.
 
-    Each alpha starts from the previous converged point (and is retried cold if that fails), as in
-    :meth:`StateEvolution.learning_curve`. A point whose solve raises is recorded as not converged with the
-    exception in ``message`` instead of failing the whole curve. Optional ``qmc_log2`` and ``replicas`` set
+    Each alpha starts from the previous converged points, extrapolated (and is retried cold if that fails), as in
+    :meth:`StateEvolution.learning_curve` (``CurvePath``). A point whose solve raises is recorded as not converged
+    with the exception in ``message`` instead of failing the whole curve. Optional ``qmc_log2`` and ``replicas`` set
     the channel's quasi-Monte Carlo rule (used for T >= 3); optional ``d`` the dimension of a list-based target.
     """
     from ..theory.api import record_of
-    from ..theory.state_evolution import StateEvolution
+    from ..theory.state_evolution import CurvePath, StateEvolution
 
     problem = problem_from_params(params)
     alphas = [float(a) for a in params["alphas"]]
     channel = {k: int(params[k]) for k in ("qmc_log2", "replicas") if k in params}
     d = params.get("d")  # only for targets whose theory depends on d (power law, spikes, file); not in other keys
     se = StateEvolution(problem, d=None if d is None else int(d), channel_options=channel or None)
-    records, prev = [], None
+    records, path = [], CurvePath()
     with warnings.catch_warnings():
         # a point that does not converge says so in its record (converged: false); the figure leaves it out
         warnings.simplefilter("ignore", ConvergenceWarning)
         for a in alphas:
             res, error = None, ""
             # warm (falling back to cold, StateEvolution.solve_warm); cold alone if the warm solve raised
-            for init in (prev, None) if prev is not None else (None,):
+            start = path.start(se, a)
+            for init in (start, None) if start is not None else (None,):
                 try:
                     res = se.solve_warm(a, init)
                     break
@@ -56,7 +57,7 @@ def theory_curve(params: Mapping[str, Any]) -> dict[str, Any]:
                                 "phase": "failed", "message": error})
                 continue
             records.append(record_of(res))
-            prev = res if res.converged else prev
+            path.add(res)
     return {
         "records": json.dumps(records),
         "n_points": len(records),
