@@ -22,6 +22,10 @@ points (part t5; alpha = 1/14 is alpha_bar = 1, the same place as alpha = 0.5 at
 --part speed: one process, the baseline for 1 seed (its 60-iteration cap) and ours on the same point (cold,
 tol 1e-8, median of --repeats solves before and after the baseline), the wall and CPU ratios, then the
 50-point learning curve (about 8 minutes in all).
+
+--part curve: the 50-point learning curve, ours against the route before session 15 (each point from the linear
+extrapolation of the previous two, without the secant pairs a result carries now), --rounds times interleaved
+(about 90 s per round).
 """
 
 from __future__ import annotations
@@ -220,6 +224,48 @@ def part_speed(args) -> None:
           flush=True)
 
 
+def linear_start_curve(se: StateEvolution, alphas) -> list:
+    """The learning-curve route before session 15, for side-by-side timing: each point warm-started from the linear
+    extrapolation in log alpha through the two previous converged regular points, as a bare (q, m, sigma), i.e.
+    without the secant pairs a result now carries (StateEvolution.learning_curve uses a quadratic extrapolation and
+    those pairs)."""
+    out, past = [], []
+    for a in alphas:
+        init = past[-1] if past else None
+        if len(past) >= 2:
+            y1, y0 = se._to_y(past[-1].x), se._to_y(past[-2].x)
+            s = math.log(a / past[-1].alpha) / math.log(past[-1].alpha / past[-2].alpha)
+            init = se._to_x(y1 + s * (y1 - y0)) if abs(s) <= 2.0 else past[-1].x
+        res = se.solve_warm(a, init)
+        out.append(res)
+        if res.converged:
+            past = [*past[-1:], res] if res.phase == "regular" else []
+    return out
+
+
+def part_curve(args) -> None:
+    """The 50-point learning curve, ours against the route before session 15 (linear starts, no secant pairs),
+    interleaved --rounds times in one process: CPU seconds, the ratio, and the largest difference of the answers."""
+    problem = Problem.from_options()
+    alphas = np.geomspace(0.02, 4.0, 50)
+    times = {"ours": [], "linear": []}
+    for _ in range(args.rounds):
+        for label, run in (("linear", lambda: linear_start_curve(StateEvolution(problem), alphas)),
+                           ("ours", lambda: StateEvolution(problem).learning_curve(alphas))):
+            c0 = time.process_time()
+            curve = run()
+            times[label].append(time.process_time() - c0)
+            print(f"curve ({label:6s}): {times[label][-1]:.1f} s CPU, {sum(r.converged for r in curve)}/50 converged, "
+                  f"{sum(r.iterations for r in curve)} iterations", flush=True)
+            if label == "linear":
+                ref = curve
+        diff = max(abs(a.test_error - b.test_error) for a, b in zip(curve, ref, strict=True))
+        print(f"largest |test error (ours) - test error (linear)| = {diff:.1e}", flush=True)
+    lin, ours = np.median(times["linear"]), np.median(times["ours"])
+    print(f"curve: ours {ours:.1f} s CPU, linear starts {lin:.1f} s CPU (medians of {args.rounds}): {lin / ours:.2f}x "
+          f"(target <= 20 s for ours)")
+
+
 def part_t5(args) -> None:
     problem = Problem.from_options(tokens=5)
     for alpha in args.alpha5:
@@ -240,8 +286,10 @@ def main() -> None:
     ap.add_argument("--max-iter", type=int, default=60, help="baseline iteration cap")
     ap.add_argument("--order-hi", type=int, default=32, help="second, more accurate Gauss-Hermite order of ours")
     ap.add_argument("--alpha5", type=float, nargs="+", default=[1 / 14, 0.5], help="T = 5 points")
-    ap.add_argument("--part", choices=["t2", "t5", "speed", "all"], default="all",
-                    help="speed: baseline (1 seed) and ours side by side, wall and CPU ratios")
+    ap.add_argument("--part", choices=["t2", "t5", "speed", "curve", "all"], default="all",
+                    help="speed: baseline (1 seed) and ours side by side, wall and CPU ratios; curve: the 50-point "
+                         "learning curve against linear starts without secant pairs (the route before session 15)")
+    ap.add_argument("--rounds", type=int, default=3, help="part curve: interleaved rounds")
     ap.add_argument("--repeats", type=int, default=7, help="part speed: cold solves of ours, before and after")
     ap.add_argument("--quick", action="store_true", help="3 baseline seeds, at most 25 iterations")
     args = ap.parse_args()
@@ -252,6 +300,8 @@ def main() -> None:
         part_t5(args)
     if args.part == "speed":
         part_speed(args)
+    if args.part == "curve":
+        part_curve(args)
 
 
 if __name__ == "__main__":
