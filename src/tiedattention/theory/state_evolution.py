@@ -131,9 +131,9 @@ def _warm_start(x: np.ndarray, pairs) -> np.ndarray:
 
 def _recent_pairs(prior, pairs, keep: int):
     """The last ``keep`` secant pairs (dY, dF), each (3, k), of ``prior`` (or None) followed by ``pairs``."""
-    if prior is None or pairs[0].shape[1] >= keep:
-        return pairs[0][:, pairs[0].shape[1] - keep:], pairs[1][:, pairs[1].shape[1] - keep:]
-    return tuple(np.hstack([a, b])[:, -keep:] if keep else b[:, :0] for a, b in zip(prior, pairs, strict=True))
+    if prior is not None and pairs[0].shape[1] < keep:
+        pairs = tuple(np.hstack([a, b]) for a, b in zip(prior, pairs, strict=True))
+    return tuple(p[:, p.shape[1] - min(keep, p.shape[1]):] for p in pairs)
 
 
 @dataclass
