@@ -78,16 +78,18 @@ def _cell(route: str, params: dict[str, Any]) -> Cell:
 
 
 def theory_curve_cells(opts: dict[str, Any], alphas: Iterable[float], chunk: int | None = None,
-                       **channel: int) -> list[Cell]:
+                       rs_stability: bool = False, **channel: int) -> list[Cell]:
     """Warm-started SE curve(s) over ``alphas`` (sorted); ``chunk`` splits it into cells of that many
     consecutive alphas (for slow settings, T >= 3, so that an interruption loses little); ``channel`` may set
-    ``qmc_log2`` and ``replicas`` (the quasi-Monte Carlo rule of T >= 3)."""
+    ``qmc_log2`` and ``replicas`` (the quasi-Monte Carlo rule of T >= 3); ``rs_stability`` adds the RS (AT)
+    stability fields to every point (the cell key changes only when it is set)."""
     a = sorted({float(f"{x:.10g}") for x in alphas})
     if chunk is None or chunk >= len(a):
         parts = [a]
     else:
         parts = [a[i:i + chunk] for i in range(0, len(a), chunk)]
-    return [_cell(THEORY_CURVE, {**opts, **channel, "alphas": p}) for p in parts]
+    rs = {"rs_stability": True} if rs_stability else {}
+    return [_cell(THEORY_CURVE, {**opts, **channel, **rs, "alphas": p}) for p in parts]
 
 
 def sim_cell(opts: dict[str, Any], alpha: float, sizes: Sizes, solver: str = "lbfgs", seed0: int = 0,
@@ -171,13 +173,17 @@ def kappa0_of(target: str) -> float:
 # --------------------------------------------------------------------------------------------------
 # tidy tables
 # --------------------------------------------------------------------------------------------------
-def theory_points(df: pd.DataFrame, panel: str, series: str, x: str, y: str, **extra: Any) -> pd.DataFrame:
-    """Tidy rows (kind = theory) of SE records: converged points only (the others are reported)."""
+def theory_points(df: pd.DataFrame, panel: str, series: str, x: str, y: str, carry: Sequence[str] = (),
+                  **extra: Any) -> pd.DataFrame:
+    """Tidy rows (kind = theory) of SE records: converged points only (the others are reported). ``carry``: record
+    fields copied into columns of the same name (None where a record lacks one)."""
     ok = df[df["converged"].astype(bool)] if not df.empty else df
     out = pd.DataFrame({
         "panel": panel, "kind": "theory", "series": series, "x": ok[x].astype(float).to_numpy(),
         "y": ok[y].astype(float).to_numpy(), "y_err": np.nan,
     })
+    for k in carry:
+        out[k] = ok[k].to_numpy() if k in ok.columns else None
     for k, v in extra.items():
         out[k] = v
     return out

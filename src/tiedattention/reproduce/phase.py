@@ -122,24 +122,11 @@ def parse_over(text: str, problem: Problem) -> tuple[str, list[float]]:
 # --------------------------------------------------------------------------------------------------
 def phase_row(params: dict[str, Any]) -> dict[str, Any]:
     """Sweep route of one row: :func:`.routes.theory_curve` (warm-started along ``alphas``), and with
-    ``rs_stability`` the RS (AT) stability of every converged point (``tiedattention theory --rs-stability``)."""
+    ``rs_stability`` the RS (AT) stability of every converged point (``tiedattention theory --rs-stability``),
+    which the curve route computes itself."""
     from .routes import theory_curve
 
-    out = theory_curve(params)
-    if params.get("rs_stability"):
-        from ..sweep.spec import problem_from_params
-        from ..theory.stability import rs_fields
-
-        problem = problem_from_params(params)
-        d = params.get("d")
-        records = json.loads(out["records"])
-        for rec in records:
-            if "q" in rec:  # a point whose solve raised has no fixed point to check
-                rec.update(rs_fields(problem, rec, None if d is None else int(d)))
-            else:
-                rec.update({k: None for k in _RS_FIELDS}, rs_stable=None, rs_message="not computed (solve failed)")
-        out["records"] = json.dumps(records)
-    return out
+    return theory_curve(params)
 
 
 def theory_dimension(problem: Problem, d: int | None) -> int | None:

@@ -29,6 +29,8 @@ def theory_curve(params: Mapping[str, Any]) -> dict[str, Any]:
     :meth:`StateEvolution.learning_curve` (``CurvePath``). A point whose solve raises is recorded as not converged
     with the exception in ``message`` instead of failing the whole curve. Optional ``qmc_log2`` and ``replicas`` set
     the channel's quasi-Monte Carlo rule (used for T >= 3); optional ``d`` the dimension of a list-based target.
+    Optional ``rs_stability`` (true) adds the RS (AT) stability of every point, as ``theory --rs-stability`` does
+    (:func:`_rs_fields`); absent or false, the records are as without it.
     """
     from ..theory.api import record_of
     from ..theory.state_evolution import CurvePath, StateEvolution
@@ -58,11 +60,36 @@ def theory_curve(params: Mapping[str, Any]) -> dict[str, Any]:
                 continue
             records.append(record_of(res))
             path.add(res)
+    if params.get("rs_stability"):  # after the curve: the points are solved exactly as without it
+        for rec in records:
+            rec.update(_rs_fields(problem, rec, None if d is None else int(d), channel or None))
     return {
         "records": json.dumps(records),
         "n_points": len(records),
         "n_converged": sum(bool(r["converged"]) for r in records),
     }
+
+
+#: the fields :func:`tiedattention.theory.stability.rs_fields` adds to a record
+RS_FIELDS = ("rs_at", "rs_at_error", "rs_switching", "rs_stable", "rs_message")
+
+
+def _rs_fields(problem, rec: dict[str, Any], d: int | None, channel_options: dict | None) -> dict[str, Any]:
+    """The RS stability fields of one record (:func:`~tiedattention.theory.stability.rs_fields`, with the channel
+    options the curve was solved with, as ``theory --rs-stability`` passes its own; None: the point's rule). A
+    point whose solve failed, or whose stability computation raises, gets null fields and the reason in
+    ``rs_message``: the curve never fails on it."""
+    from ..theory.stability import rs_fields
+
+    out: dict[str, Any] = dict.fromkeys(RS_FIELDS)
+    if "q" not in rec:  # a point whose solve raised has no fixed point to check
+        return {**out, "rs_message": "not computed (solve failed)"}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            return rs_fields(problem, rec, d, channel_options)
+    except Exception as exc:  # any failure of the check is recorded: it never fails the curve
+        return {**out, "rs_message": f"not computed ({type(exc).__name__}: {exc})"}
 
 
 def threshold_diagram(params: Mapping[str, Any]) -> dict[str, Any]:
