@@ -61,11 +61,13 @@ def test_overflowing_delta_is_refused_like_a_negative_m_hat():
 @pytest.mark.slow
 def test_extreme_noise_is_solved_not_a_traceback():
     """Before: OverflowError traceback. With the large-noise route (Stein conjugates on QMC, continuation in the
-    noise; docs/theory/state_evolution.md "Large logit noise") the point converges onto the pure-noise plateau
-    (test error 1.808 at noise 1e6, 1.8095 at 1e8)."""
+    noise; docs/theory/state_evolution.md "Large logit noise") the point converges onto the pure-noise plateau:
+    test error 1.9009 / 1.9025 / 1.9030 at noise 1e6 / 1e7 / 1e8 (QMC error 1.1e-3); the ERM at noise 1e7 reads
+    1.872 +- 0.016 (d = 40) and 1.908 +- 0.017 (d = 80, 4 seeds, prox). The plateau was 1.808 / 1.8095 before the
+    prox's start pool (a4336df; the SE's prox had kept non-global minima) and the warm-branch stages (7703b99)."""
     import json
 
     res = CliRunner().invoke(app, ["theory", "--alpha", "0.5", "--noise", "1e7", "--json"])
     assert res.exit_code == 0, res.output
     rec = json.loads(res.stdout.strip().splitlines()[-1])
-    assert rec["converged"] and 1.80 < rec["test_error"] < 1.82, rec
+    assert rec["converged"] and 1.89 < rec["test_error"] < 1.91, rec
