@@ -273,8 +273,17 @@ def test_detachment_delta_closed_form_and_subordination_solver():
 @pytest.mark.slow
 def test_outlier_alphas_root_find_is_accurate():
     """The alpha at which each outlier appears, by Brent on the margin min(1 - delta^2/delta_c^2, (y - c)/|c|):
-    at alpha*(1 -+ 1e-5) the learned spectrum (an independent route: the components of supp rho_delta) has
-    the outlier not recovered / recovered, and at alpha* the binding margin is 0 (delta = delta_c or y = c)."""
+    at alpha*(1 -+ 1e-4) the learned spectrum (an independent route: the components of supp rho_delta) has
+    the outlier not recovered / recovered, and at alpha* the binding margin is 0 (delta = delta_c or y = c).
+
+    The offset was 1e-5 while these SE points were Gauss-Hermite solves to a residual ~1e-10. This target has
+    Q0 = 0.061, so the default noise (Delta/2 = 0.25 >= Q0/2) takes the large-noise route (977d364: QMC 4 x 2^14,
+    stopped at a tenth of the rule's relative error 5e-5 to 9e-5, residual 1.3e-6 to 5e-6), where a warm-started
+    and a cold solve of one alpha may end anywhere within that stop rule of each other. Since the curves' warm
+    starts carry secant pairs (60bb8f9) outlier_alphas' warm solves and the cold ones here differ by 2.6e-6 in delta
+    at theta = 1.5 (1.5e-7 before, by chance), which is 1.1e-5 of alpha (d ln delta / d ln alpha = -0.24): a cold
+    solve at alpha*(1 - 1e-5) had theta = 1.5 detached. 1e-4 leaves a factor 9; delta = delta_c is checked at
+    alpha* itself (cold: 2.6e-6, 6.8e-7, 7e-9 off at theta = 1.5, 2.5, 4)."""
     d = 400
     p = Problem.from_options(target="spikes:4,2.5,1.5")
     info = outlier_alphas(p, np.geomspace(0.004, 0.16, 5), d=d, details=True)
@@ -282,12 +291,12 @@ def test_outlier_alphas_root_find_is_accurate():
     for th, v in info.items():
         a = v["alpha"]
         assert v["bracket"][0] < a < v["bracket"][1]
-        below = learned_spectrum(p, a * (1 - 1e-5), d=d)
-        above = learned_spectrum(p, a * (1 + 1e-5), d=d)
+        below = learned_spectrum(p, a * (1 - 1e-4), d=d)
+        above = learned_spectrum(p, a * (1 + 1e-4), d=d)
         assert [o.recovered for o in below.outliers if o.theta == th] == [False]
         assert [o.recovered for o in above.outliers if o.theta == th] == [True]
         if v["binding"] == "detachment":
-            assert above.delta == pytest.approx(v["delta_c"], rel=1e-5)
+            assert learned_spectrum(p, a, d=d).delta == pytest.approx(v["delta_c"], rel=1e-5)
     # ordered like the spikes, and the BBP (d -> infinity) criterion detaches earlier
     assert info[4.0]["alpha"] < info[2.5]["alpha"] < info[1.5]["alpha"]
     bbp = outlier_alphas(p, np.geomspace(0.004, 0.16, 5), d=d, criterion="bbp")
