@@ -107,3 +107,26 @@ def test_learning_curve_extrapolates_quadratically_in_log_alpha(se, monkeypatch)
     assert np.max(np.abs(quad - ys[3])) < np.max(np.abs(ys[2] + (ys[2] - ys[1]) * math.log(0.6 / 0.5)
                                                         / math.log(0.5 / 0.4) - ys[3]))
     assert starts[3][1]._secant_pairs is curve[2]._secant_pairs
+
+
+def test_qmc_solves_neither_carry_nor_take_pairs():
+    """QMC maps are noisy (replica error ~1e-5): their late secant pairs are noise, so they are not handed on."""
+    se = StateEvolution(Problem.from_options(target="spikes:4,2.5,1.5"), d=400)  # Q0 = 0.061: the large-noise QMC
+    r = se.solve(0.01)
+    assert r.converged and r.quadrature.startswith("qmc")
+    assert getattr(r, "_secant_pairs", None) is None
+    gh = StateEvolution(Problem.from_options()).solve(0.4)
+    qmc = se._noise_solver()
+    seen = []
+    iterate = sem.StateEvolution._iterate
+
+    def spy(self, alpha, y, tol, prior=None, **kw):
+        seen.append(prior)
+        return iterate(self, alpha, y, tol, prior=prior, **kw)
+
+    sem.StateEvolution._iterate = spy
+    try:  # a Gauss-Hermite result's pairs offered to a QMC solve are not taken
+        qmc._solve_regular(0.012, sem._warm_start(r.x, gh._secant_pairs), zero_test=False)
+    finally:
+        sem.StateEvolution._iterate = iterate
+    assert seen and seen[0] is None

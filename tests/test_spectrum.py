@@ -279,11 +279,13 @@ def test_outlier_alphas_root_find_is_accurate():
     The offset was 1e-5 while these SE points were Gauss-Hermite solves to a residual ~1e-10. This target has
     Q0 = 0.061, so the default noise (Delta/2 = 0.25 >= Q0/2) takes the large-noise route (977d364: QMC 4 x 2^14,
     stopped at a tenth of the rule's relative error 5e-5 to 9e-5, residual 1.3e-6 to 5e-6), where a warm-started
-    and a cold solve of one alpha may end anywhere within that stop rule of each other. Since the curves' warm
-    starts carry secant pairs (60bb8f9) outlier_alphas' warm solves and the cold ones here differ by 2.6e-6 in delta
-    at theta = 1.5 (1.5e-7 before, by chance), which is 1.1e-5 of alpha (d ln delta / d ln alpha = -0.24): a cold
-    solve at alpha*(1 - 1e-5) had theta = 1.5 detached. 1e-4 leaves a factor 9; delta = delta_c is checked at
-    alpha* itself (cold: 2.6e-6, 6.8e-7, 7e-9 off at theta = 1.5, 2.5, 4)."""
+    and a cold solve of one alpha may end anywhere within that stop rule of each other: while 60bb8f9 carried
+    secant pairs into QMC solves (3f977f2 and before; Gauss-Hermite only since), outlier_alphas' warm solves and the
+    cold ones here differed by 2.6e-6 in delta at theta = 1.5 (1.5e-7 otherwise), 1.1e-5 of alpha (d ln delta /
+    d ln alpha = -0.24), and a cold solve at alpha*(1 - 1e-5) had theta = 1.5 detached. 1e-4 leaves a factor 9
+    against that stop rule; delta = delta_c is checked at alpha* itself (1.5e-7, 5e-9, 1.2e-8 off at theta = 1.5,
+    2.5, 4). The BBP call failed before: a warm solve stalled at alpha = 0.00607 (the QMC route, residual ~1e-3)
+    where a cold one converges; outlier_alphas now solves with solve_warm (cold as well where warm fails)."""
     d = 400
     p = Problem.from_options(target="spikes:4,2.5,1.5")
     info = outlier_alphas(p, np.geomspace(0.004, 0.16, 5), d=d, details=True)

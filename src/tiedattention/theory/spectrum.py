@@ -418,14 +418,14 @@ def outlier_alphas(problem: Problem, alphas, d: int | None = None, max_weight: f
                 a = math.exp(log_a)
                 ref = warm["lo"] if abs(log_a - math.log(warm["lo"].alpha)) < abs(log_a - math.log(warm["hi"].alpha)) \
                     else warm["hi"]
-                res = se.solve(a, init=ref)
+                res = se.solve_warm(a, ref)  # (cold as well where the warm solve stalls: a QMC point did, docs)
                 if not res.converged:
                     raise FloatingPointError(f"SE did not converge at alpha={a:g} while locating theta={th:g}")
                 return float(min(part[k] for part in parts(res)))
 
             la = optimize.brentq(margin, math.log(grid[j]), math.log(grid[j + 1]), xtol=rtol, rtol=1e-15)
             a_star = math.exp(la)
-            res = se.solve(a_star, init=results[j + 1])
+            res = se.solve_warm(a_star, results[j + 1])
             det, cut = parts(res)
             info.update(alpha=a_star, bracket=(grid[j], grid[j + 1]),
                         binding="detachment" if det[k] <= cut[k] else "cut")
@@ -443,7 +443,7 @@ def bulk_split_alpha(problem: Problem, alpha_lo: float = 0.05, alpha_hi: float =
     se = StateEvolution(problem, d=d)
 
     def nb(alpha, init=None):
-        res = se.solve(alpha, init=init)
+        res = se.solve_warm(alpha, init)  # (cold as well where the warm solve fails, as outlier_alphas)
         return len(spectrum_from_result(problem, se.measure, res).bulks), res
 
     grid = np.geomspace(alpha_lo, alpha_hi, num)

@@ -650,9 +650,11 @@ class StateEvolution:
         self._pairs_out = None
         try:
             res = self._solve_regular_staged(alpha, init, zero_test)
-            if res.phase == "regular" and res.converged and self._pairs_out is not None:
-                # the last secant pairs of the solve ride along with the result (not a field: to_dict, repr and ==
-                # do not see them); a warm start from this result seeds Anderson with them (_solve_regular_staged)
+            if res.phase == "regular" and res.converged and self._pairs_out is not None and not self._qmc:
+                # the last secant pairs of a Gauss-Hermite solve ride along with the result (not a field: to_dict,
+                # repr and == do not see them); a warm start from this result seeds Anderson with them
+                # (_solve_regular_staged). Not those of a QMC map, whose replica noise (~1e-5 relative) swamps the
+                # small late differences: carried to the next point they stalled a warm solve (docs)
                 res._secant_pairs = self._pairs_out
             return res
         finally:  # outside a solve, _map is the plain cold map (amp.py uses it)
@@ -950,7 +952,7 @@ class StateEvolution:
                 # d = 2000 power law's fixed spectral rule moved the estimate by 6.5e-6)
                 stages.append((self.channel_coarse, warm, None, self.tol))
         prior, self._prior_in = self._prior_in, None  # secant pairs handed over by the solver of another order
-        if prior is None:
+        if prior is None and not self._qmc:
             prior = carried
         for i, (channel, warm, nodes, tol) in enumerate(stages):
             self._stage = (channel, warm)
