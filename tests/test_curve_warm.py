@@ -1,6 +1,7 @@
 """Warm starts along learning curves: quadratic extrapolation in log alpha and the secant pairs a converged point
 hands to the next solve (docs/theory/state_evolution.md, "Warm starts along a curve")."""
 
+import contextlib
 import dataclasses
 import math
 
@@ -30,6 +31,23 @@ def test_extrapolation_is_exact_for_polynomials_and_refuses_far_targets():
     assert np.max(np.abs(quad - exact)) < 1e-12 < np.max(np.abs(linear - exact))
 
 
+@contextlib.contextmanager
+def _priors():
+    """The secant pairs (``prior``) each Anderson stage of the solves inside the block starts from, in order."""
+    seen: list = []
+    iterate = sem.StateEvolution._iterate
+
+    def spy(self, alpha, y, tol, prior=None, **kw):
+        seen.append(prior)
+        return iterate(self, alpha, y, tol, prior=prior, **kw)
+
+    sem.StateEvolution._iterate = spy
+    try:
+        yield seen
+    finally:
+        sem.StateEvolution._iterate = iterate
+
+
 @pytest.fixture(scope="module")
 def se():
     return StateEvolution(Problem.from_options())
@@ -51,18 +69,8 @@ def test_a_result_carries_its_secant_pairs_invisibly(se):
 
 def test_warm_start_seeds_anderson_with_the_pairs_and_reaches_the_same_point(se):
     r1 = se.solve(0.4)
-    seen = []
-    iterate = sem.StateEvolution._iterate
-
-    def spy(self, alpha, y, tol, prior=None, **kw):
-        seen.append(prior)
-        return iterate(self, alpha, y, tol, prior=prior, **kw)
-
-    sem.StateEvolution._iterate = spy
-    try:
+    with _priors() as seen:
         warm = se.solve(0.45, init=r1)
-    finally:
-        sem.StateEvolution._iterate = iterate
     assert seen[0] is r1._secant_pairs  # the first stage starts from the carried pairs
     plain = se.solve(0.45, init=r1.x)  # a bare (q, m, sigma): no pairs
     assert warm.converged and plain.converged
@@ -117,16 +125,6 @@ def test_qmc_solves_neither_carry_nor_take_pairs():
     assert getattr(r, "_secant_pairs", None) is None
     gh = StateEvolution(Problem.from_options()).solve(0.4)
     qmc = se._noise_solver()
-    seen = []
-    iterate = sem.StateEvolution._iterate
-
-    def spy(self, alpha, y, tol, prior=None, **kw):
-        seen.append(prior)
-        return iterate(self, alpha, y, tol, prior=prior, **kw)
-
-    sem.StateEvolution._iterate = spy
-    try:  # a Gauss-Hermite result's pairs offered to a QMC solve are not taken
+    with _priors() as seen:  # a Gauss-Hermite result's pairs offered to a QMC solve are not taken
         qmc._solve_regular(0.012, sem._warm_start(r.x, gh._secant_pairs), zero_test=False)
-    finally:
-        sem.StateEvolution._iterate = iterate
     assert seen and seen[0] is None
