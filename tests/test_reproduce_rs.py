@@ -17,7 +17,7 @@ from tiedattention.reproduce import common, fig5, routes  # noqa: E402
 from tiedattention.theory import stability  # noqa: E402
 from tiedattention.theory.state_evolution import StateEvolution  # noqa: E402
 
-RS_KEYS = set(routes.RS_FIELDS)
+RS_KEYS = set(stability.RS_FIELDS)
 ALPHAS = [0.1, 0.2, 0.3]
 
 

@@ -58,11 +58,9 @@ def build(quick: bool, table: pd.DataFrame | None = None) -> list:
     p = _p(quick)
     cells = []
     for b in BETAS:
-        if b == RS_BETA:
-            cells += common.theory_curve_cells(_opts(b), p["alphas"] + p["sim_alphas"] + p["rs_alphas"],
-                                               rs_stability=True)
-        else:
-            cells += common.theory_curve_cells(_opts(b), p["alphas"] + p["sim_alphas"])
+        rs = b == RS_BETA
+        cells += common.theory_curve_cells(_opts(b), p["alphas"] + p["sim_alphas"] + (p["rs_alphas"] if rs else []),
+                                           rs_stability=rs)
     for b in BETAS:
         cells += [common.sim_cell(_opts(b), a, _sizes(quick), solver=SOLVER) for a in p["sim_alphas"]]
     return cells

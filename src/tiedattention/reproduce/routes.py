@@ -70,16 +70,12 @@ def theory_curve(params: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-#: the fields :func:`tiedattention.theory.stability.rs_fields` adds to a record
-RS_FIELDS = ("rs_at", "rs_at_error", "rs_switching", "rs_stable", "rs_message")
-
-
 def _rs_fields(problem, rec: dict[str, Any], d: int | None, channel_options: dict | None) -> dict[str, Any]:
     """The RS stability fields of one record (:func:`~tiedattention.theory.stability.rs_fields`, with the channel
     options the curve was solved with, as ``theory --rs-stability`` passes its own; None: the point's rule). A
     point whose solve failed, or whose stability computation raises, gets null fields and the reason in
     ``rs_message``: the curve never fails on it."""
-    from ..theory.stability import rs_fields
+    from ..theory.stability import RS_FIELDS, rs_fields
 
     out: dict[str, Any] = dict.fromkeys(RS_FIELDS)
     if "q" not in rec:  # a point whose solve raised has no fixed point to check

@@ -425,12 +425,16 @@ def prox_switching(problem: Problem, point, alpha: float | None = None, samples:
             "two_start_misses": float(np.mean(two > fb + 1e-10 * (1.0 + np.abs(fb)))), "samples": samples}
 
 
+#: the fields :func:`rs_fields` adds to a record
+RS_FIELDS = ("rs_at", "rs_at_error", "rs_switching", "rs_stable", "rs_message")
+
+
 def rs_fields(problem: Problem, rec: dict, d: int | None = None, channel_options: dict | None = None) -> dict:
     """RS stability of one converged SE record (``theory --rs-stability``, the phase diagrams): the regular AT value
     and the prox branch-switching fraction, as the fields rs_at, rs_at_error, rs_switching, rs_stable, rs_message
     (all None, with a message, for a point that is not converged or not finite). ``channel_options`` None: the rule
     the point was solved with (its ``quadrature``)."""
-    out = {"rs_at": None, "rs_at_error": None, "rs_switching": None, "rs_stable": None, "rs_message": ""}
+    out = {**dict.fromkeys(RS_FIELDS), "rs_message": ""}
     if (rec["converged"] and rec.get("phase") == "interpolating" and problem.student.model == "factorized"
             and all(isinstance(rec.get(k), float) and math.isfinite(rec[k]) for k in ("delta", "eps"))
             and rec["delta"] > 0):
