@@ -19,11 +19,16 @@ demo: $(STAMP)
 	$(BIN)/tiedattention reproduce fig1 --quick --out out/demo
 	@echo "figure written to out/demo/fig1.png"
 
+# the suite runs on up to 4 cores (pytest-xdist), one test file per worker so that a file's module fixtures are
+# computed once; one BLAS/OpenMP thread per worker (no oversubscription). `pytest tests/x.py` stays serial.
+PARALLEL := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+XDIST    := -n auto --maxprocesses 4 --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(PARALLEL) $(BIN)/python -m pytest -q $(XDIST)
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q -m "slow or not slow"
+	$(PARALLEL) $(BIN)/python -m pytest -q $(XDIST) -m "slow or not slow"
 
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
