@@ -216,6 +216,16 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         raise
 
 
+def progress_bar(console: Any = None, disable: bool = False) -> Any:
+    """A transient rich progress bar on stderr (``console``, default a new stderr Console). Off where stderr is
+    not a terminal: rich draws nothing there but still wrote an empty line to stderr at the end of each bar."""
+    from rich.console import Console
+    from rich.progress import Progress
+
+    console = console if console is not None else Console(stderr=True)
+    return Progress(console=console, transient=True, disable=disable or not console.is_terminal)
+
+
 def print_table(table: Any, min_width: int = 0) -> None:
     """Print a rich table on stdout at a width that fits its columns: the terminal's width, or the table's
     natural width where that is wider (piped output gets rich's 80 columns, which would cut numbers to '0.38…')."""

@@ -15,7 +15,16 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, parse_floats, print_table, with_problem
+from ..cli_common import (
+    JsonOpt,
+    check_dimension,
+    cli_errors,
+    emit_json,
+    parse_floats,
+    print_table,
+    progress_bar,
+    with_problem,
+)
 from ..errors import ParameterError
 from ..problem import Problem
 
@@ -116,10 +125,7 @@ def decompose(
     with contextlib.ExitStack() as stack:
         bar = job = None
         if seeds > 0:  # minutes per seed at d = 200: say where the run is (stderr, gone when done)
-            from rich.console import Console
-            from rich.progress import Progress
-
-            bar = stack.enter_context(Progress(console=Console(stderr=True), transient=True))
+            bar = stack.enter_context(progress_bar())
             job = bar.add_task(f"ERM runs at d={d}", total=len(alphas) * seeds)
         for res in se.learning_curve(alphas):
             rec = decompose_point(se, res, c_inf, sat)

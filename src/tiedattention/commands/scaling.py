@@ -34,6 +34,7 @@ from ..cli_common import (
     emit_json,
     print_table,
     problem_from_cli,
+    progress_bar,
 )
 from ..errors import ParameterError
 
@@ -90,7 +91,6 @@ def scaling(
 ) -> None:
     """Scaling law of the excess test error for a power-law target (docs/theory/scaling.md)."""
     from rich.console import Console
-    from rich.progress import Progress
     from rich.table import Table
 
     from ..targets import PowerLawTarget
@@ -138,7 +138,7 @@ def scaling(
         if order is not None and order < 2:
             raise ParameterError("order", f"must be >= 2 (got {order})")
         err = Console(stderr=True)
-        with Progress(console=err, transient=True) as bar:
+        with progress_bar(err) as bar:
             job = bar.add_task("scaling curve", total=points)
             if d_inf:
                 records = limit_curve(problem, grid, rule, progress=lambda: bar.advance(job), **options)

@@ -17,6 +17,7 @@ from ..cli_common import (
     parse_dimensions,
     parse_floats,
     print_table,
+    progress_bar,
     sigterm_as_interrupt,
     with_problem,
 )
@@ -84,14 +85,13 @@ def _write_figure(out: Path, problem: Problem, shown: list[dict[str, Any]], alph
                   theory: bool, err: Any) -> None:
     """--out: the figure and its parquet from the records shown (per d and 1/d fits), with --theory the SE on a
     dense log grid over the simulated α range (reproduce.curves)."""
-    from rich.progress import Progress
 
     from ..reproduce.curves import SE_POINTS, draw_simulation, se_curves, simulation_table, write_outputs
 
     curves = None
     if theory:
         n = SE_POINTS * (len(dims) if problem.task.target.needs_d else 1)
-        with Progress(console=err, transient=True) as bar:
+        with progress_bar(err) as bar:
             job = bar.add_task("state evolution for the figure", total=n)
             curves = se_curves(problem, alphas, dims, progress=lambda: bar.advance(job))
     paths = write_outputs(simulation_table(shown, problem, curves), out, draw_simulation)
@@ -171,7 +171,6 @@ def simulate(
     With several --d, each α gets a record per d and then one with d = null: the weighted fit y = a + b/d of
     the test error, MSE, train error and objective (the d → ∞ estimate, with its standard error and χ²)."""
     from rich.console import Console
-    from rich.progress import Progress
     from rich.table import Table
 
     with cli_errors():
@@ -246,7 +245,7 @@ def simulate(
         records, shown = [], []
         err = Console(stderr=True)
         interrupted = False
-        with Progress(console=err, transient=True) as bar:
+        with progress_bar(err) as bar:
             job = bar.add_task(f"{solver} {label}", total=len(alphas) * len(dims) * seeds)
             if solver in ("adam", "lbfgs", "prox"):  # their callbacks are free (gamp's costs a pass over the data)
                 last = [0.0]

@@ -19,6 +19,7 @@ from ..cli_common import (
     check_output_file,
     cli_errors,
     emit_json,
+    progress_bar,
     with_problem,
 )
 from ..errors import ParameterError
@@ -84,10 +85,7 @@ def spectrum_cmd(
         with contextlib.ExitStack() as stack:
             tick = None
             if d is not None:  # the trainings take minutes at d = 200-400: say where the run is (stderr, transient)
-                from rich.console import Console
-                from rich.progress import Progress
-
-                bar = stack.enter_context(Progress(console=Console(stderr=True), transient=True))
+                bar = stack.enter_context(progress_bar())
                 job = bar.add_task(f"ERM runs at d={d}", total=seeds)
 
                 def tick(info: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from ..cli_common import (
     emit_json,
     parse_floats,
     print_table,
+    progress_bar,
     with_problem,
 )
 from ..errors import ParameterError
@@ -58,7 +59,6 @@ def theory(
 ) -> None:
     """Exact high-dimensional prediction (state evolution) along a list of α, warm-started."""
     from rich.console import Console
-    from rich.progress import Progress
     from rich.table import Table
 
     from ..theory.api import theory_records
@@ -94,7 +94,7 @@ def theory(
         if optimal_lam and problem.student.lam != LAM_DEFAULT:
             typer.echo(f"warning: --lam {problem.student.lam:g} is ignored with --optimal-lam (each α gets its own "
                        "optimal λ)", err=True)
-        with Progress(console=err, transient=True, disable=len(alphas) < 2 and not optimal_lam) as bar:
+        with progress_bar(err, disable=len(alphas) < 2 and not optimal_lam) as bar:
             if optimal_lam:
                 from ..theory.optimal import optimal_curve
 
@@ -112,7 +112,7 @@ def theory(
             from ..theory.state_evolution import StateEvolution
 
             se = StateEvolution(problem, d=d, **options)
-            with Progress(console=err, transient=True) as bar:
+            with progress_bar(err) as bar:
                 job = bar.add_task(f"finite-size SE (d = {finite_d})", total=len(records))
                 for rec in records:
                     if optimal_lam:  # the record's own lambda, and its solver
@@ -124,6 +124,8 @@ def theory(
 
             paths = write_outputs(theory_table(records, problem, d), out, draw_learning_curve)
             err.print(f"wrote {paths[0]} and {paths[1]}", markup=False, highlight=False)
+    if not rs_stability:
+        _note_prox_switching(records)
     if json:
         for rec in records:
             emit_json(rec)
@@ -168,6 +170,21 @@ def _exit_if_unconverged(records: list[dict]) -> None:
             why = r.get("message") or "" if not r["converged"] else r.get("fd_message") or "finite-size SE"
             typer.echo(f"  α = {r['alpha']:.4g}: {why}", err=True)
         raise typer.Exit(code=1)
+
+
+def _note_prox_switching(records: list[dict], share: float = 1e-3) -> None:
+    """One note on stderr naming the converged points whose channel prox has two local minima carrying more than
+    ``share`` of E||g||^2 (``err_branch_share``; 1e-3 is the SE's own ``branch_switch``): there the zero-temperature
+    replica symmetry the SE assumes is broken (its replicon diverges, docs/theory/stability.md), and the SE can
+    miss the ERM (lambda = 1e-4, alpha = 0.25: 0.381 against 0.354) or meet it (beta = beta0 = 2, alpha = 0.5)."""
+    hit = [r for r in records if r["converged"] and (r.get("err_branch_share") or 0.0) > share]
+    if not hit:
+        return
+    shown = ", ".join(f"{r['alpha']:.4g}" for r in hit[:6]) + (f", ... ({len(hit)} points)" if len(hit) > 6 else "")
+    top = max(r["err_branch_share"] for r in hit)
+    typer.echo(f"note: replica symmetry is broken at α = {shown}: the channel's prox has two local minima there "
+               f"(up to {100 * top:.2g} % of E‖g‖²), so these points are the RS prediction, which can miss the ERM; "
+               "--rs-stability measures it (docs/theory/stability.md)", err=True)
 
 
 def _at(problem: Problem, rec: dict) -> Problem:

@@ -1,0 +1,110 @@
+"""The theory command's replica-symmetry note, quiet stderr when it is not a terminal, and the prox residual's
+round-off floor (the source of a spurious ConvergenceWarning on a converged λ = 1e-4 curve)."""
+
+import warnings
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tiedattention import Problem
+from tiedattention.cli import app
+from tiedattention.commands.theory import _note_prox_switching
+from tiedattention.theory import channel as ch
+from tiedattention.theory.api import theory_records
+
+
+def test_note_names_only_converged_points_with_a_large_branch_share(capsys):
+    recs = [{"alpha": 0.1, "converged": True, "err_branch_share": 0.0},
+            {"alpha": 0.25, "converged": True, "err_branch_share": 0.085},
+            {"alpha": 0.3, "converged": True, "err_branch_share": 0.0011},
+            {"alpha": 0.4, "converged": True, "err_branch_share": 0.0009},
+            {"alpha": 0.5, "converged": False, "err_branch_share": 0.5},
+            {"alpha": 0.6, "converged": True}]
+    _note_prox_switching(recs)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("note: replica symmetry is broken at α = 0.25, 0.3:"), err
+    assert "8.5 %" in err[0] and "--rs-stability" in err[0]
+    _note_prox_switching(recs[:1] + recs[3:])
+    assert capsys.readouterr().err == ""
+
+
+def test_note_lists_at_most_six_points(capsys):
+    _note_prox_switching([{"alpha": a, "converged": True, "err_branch_share": 0.01} for a in np.linspace(0.1, 1, 9)])
+    err = capsys.readouterr().err
+    assert "0.1, 0.2125, 0.325, 0.4375, 0.55, 0.6625, ... (9 points)" in err
+
+
+@pytest.fixture(scope="module")
+def record():
+    return theory_records(Problem.from_options(), [0.5])[0]
+
+
+@pytest.mark.parametrize("rs", [False, True])
+def test_cli_prints_the_note_unless_rs_stability_is_asked(monkeypatch, record, rs):
+    """A record with a 5 % branch share gets the note on stderr (the JSON on stdout unchanged); with --rs-stability
+    the AT columns say it instead."""
+    import tiedattention.commands.theory as cmd
+    import tiedattention.theory.api as api
+
+    monkeypatch.setattr(api, "theory_records", lambda *a, **k: [record | {"err_branch_share": 0.05}])
+    monkeypatch.setattr(cmd, "_rs_fields", lambda *a: {"rs_at": 0.5, "rs_switching": 0.01})
+    res = CliRunner().invoke(app, ["theory", "--alpha", "0.5", "--json"] + (["--rs-stability"] if rs else []))
+    assert res.exit_code == 0, res.output
+    assert ("note: replica symmetry is broken at α = 0.5:" in res.stderr) is not rs, res.stderr
+    assert res.stdout.count("\n") == 1 and '"err_branch_share": 0.05' in res.stdout
+
+
+def test_stderr_has_no_stray_line_when_not_a_terminal():
+    """rich's transient progress bar wrote an empty line to a non-terminal stderr at its end."""
+    res = CliRunner().invoke(app, ["theory", "--alpha", "0.5,1", "--json"])
+    assert res.exit_code == 0 and res.stderr == "", repr(res.stderr)
+
+
+# a far-tail node of the lambda = 1e-4, alpha = 0.1 curve (field |b| ~ 2e3, sigma ~ 1.6e4): its Newton step fell
+# below the precision of c at a scaled residual of 2e-10 .. 1.2e-9, above the warning's old 1e-9 (session 16)
+B = np.array([[1889.26094377, 1336.0408828]])
+LAB = np.array([[6.72872353e-04, 5.00089966e-01, 0.0]])
+SIG = np.array([15730.754256726523])
+C0 = np.array([[1146.30157448, 810.55788529]])
+
+
+def test_far_tail_node_stops_at_its_round_off_floor():
+    kern = ch._TwoTokenKernel(1.0)
+    c, it, _ = ch._newton_reduced(kern, B, LAB, SIG, C0, 1e-12, 100)
+    assert it <= 10  # frozen once c + d == c, checked from pass 8 on (it ran to max_iter = 100 before)
+    r = ch._prox_reduced(kern, B, LAB, SIG, [C0], 1e-12, 100)
+    assert np.array_equal(r.c, c)
+    floor = ch._residual_floor(r, B, SIG[0], 1e-12)
+    assert 1e-9 < r.residual[0] * 5 and r.residual[0] < floor[0]  # above 2e-10, below its floor (~4e-9)
+    # a node well inside: the floor is the usual max(tol, 1e-9)
+    b = np.array([[0.3, -0.2]])
+    r2 = ch._prox_reduced(kern, b, LAB, np.array([2.0]), [b], 1e-12, 100)
+    assert ch._residual_floor(r2, b, 2.0, 1e-12)[0] == 1e-9 and r2.residual[0] <= 1e-12
+
+
+def test_freezing_returns_the_same_minimisers_as_running_to_max_iter():
+    """Random nodes of several scales: the Newton result with max_iter 100 equals the one with max_iter 400 bit for
+    bit (a frozen node is not revisited; none changes afterwards)."""
+    rng = np.random.default_rng(3)
+    kern = ch._TwoTokenKernel(2.0)
+    b = rng.standard_normal((400, 2)) * np.repeat([1.0, 30.0, 1e3, 3e3], 100)[:, None]
+    lab = np.column_stack([rng.uniform(0, 1, (400, 2)), np.zeros(400)])
+    sig = np.repeat([0.5, 10.0, 1e3, 2e4], 100)
+    c1, it1, _ = ch._newton_reduced(kern, b, lab, sig, b, 1e-12, 100)
+    c2, it2, _ = ch._newton_reduced(kern, b, lab, sig, b, 1e-12, 400)
+    assert np.array_equal(c1, c2) and it1 == it2 < 100
+
+
+def test_far_tail_state_gives_no_spurious_prox_warning():
+    """An Anderson excursion of the lambda = 1e-4 curve at alpha = 0.5 (q = 2.3e5, Sigma = 1.6e4) made the channel
+    warn 'max prox residual 1.23e-09 > tol' for the node above (the curve 0.1, 0.25, 0.5; converged). The residual
+    is still reported as it is; the warning is gone."""
+    from tiedattention.errors import ConvergenceWarning
+    from tiedattention.theory.state_evolution import StateEvolution
+
+    chan = StateEvolution(Problem.from_options(lam=1e-4)).channel
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        mom = chan.moments(0.5, 234761.4612326249, 431.33618841039777, 15730.754256726523)
+    assert 1e-9 < mom.prox_residual < 2e-9
