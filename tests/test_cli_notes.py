@@ -23,7 +23,7 @@ def test_note_names_only_converged_points_with_a_large_branch_share(capsys):
             {"alpha": 0.6, "converged": True}]
     _note_prox_switching(recs)
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("note: replica symmetry is broken at α = 0.25, 0.3:"), err
+    assert len(err) == 1 and err[0].startswith("note: replica symmetry is not guaranteed at α = 0.25, 0.3:"), err
     assert "8.5 %" in err[0] and "--rs-stability" in err[0]
     _note_prox_switching(recs[:1] + recs[3:])
     assert capsys.readouterr().err == ""
@@ -51,7 +51,7 @@ def test_cli_prints_the_note_unless_rs_stability_is_asked(monkeypatch, record, r
     monkeypatch.setattr(cmd, "_rs_fields", lambda *a: {"rs_at": 0.5, "rs_switching": 0.01})
     res = CliRunner().invoke(app, ["theory", "--alpha", "0.5", "--json"] + (["--rs-stability"] if rs else []))
     assert res.exit_code == 0, res.output
-    assert ("note: replica symmetry is broken at α = 0.5:" in res.stderr) is not rs, res.stderr
+    assert ("note: replica symmetry is not guaranteed at α = 0.5:" in res.stderr) is not rs, res.stderr
     assert res.stdout.count("\n") == 1 and '"err_branch_share": 0.05' in res.stdout
 
 
