@@ -61,8 +61,9 @@ def test_stderr_has_no_stray_line_when_not_a_terminal():
     assert res.exit_code == 0 and res.stderr == "", repr(res.stderr)
 
 
-# a far-tail node of the lambda = 1e-4, alpha = 0.1 curve (field |b| ~ 2e3, sigma ~ 1.6e4): its Newton step fell
-# below the precision of c at a scaled residual of 2e-10 .. 1.2e-9, above the warning's old 1e-9 (session 16)
+# a far-tail node of an Anderson excursion of the lambda = 1e-4 curve at alpha = 0.5 (|b| ~ 2e3, sigma ~ 1.6e4):
+# its Newton step fell below the precision of c at a scaled residual of 2e-10 .. 1.2e-9, above the warning's
+# old 1e-9 (session 16)
 B = np.array([[1889.26094377, 1336.0408828]])
 LAB = np.array([[6.72872353e-04, 5.00089966e-01, 0.0]])
 SIG = np.array([15730.754256726523])

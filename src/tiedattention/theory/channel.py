@@ -578,7 +578,7 @@ def _residual_floor(r: _ReducedProx, b: np.ndarray, sigma: float, tol: float) ->
     """(N,) the scaled residual a converged prox can be asked for: max(tol, 1e-9, round-off floor). c is known
     to eps |c|, so the gradient of the prox objective to eps |c| ||A||, A = H + I/sigma; scaled as in
     :func:`_scaled_residual` that is eps |c| ||sigma H + I|| / (1 + |c - b| + sigma |grad l|) (large at far tail
-    nodes: |c| ~ 2e3, sigma ~ 2e4 gives ~4e-9, measured in session 16 at lambda = 1e-4, alpha = 0.1)."""
+    nodes: |c| ~ 2e3, sigma ~ 1.6e4 gives ~4e-9, an Anderson excursion of the lambda = 1e-4 curve at alpha = 0.5)."""
     n = r.c.shape[1]
     nrm = lambda v: np.sqrt(_rowdot(v, v))  # noqa: E731
     A = sigma * r.hess + np.eye(n)[None]
@@ -1306,8 +1306,8 @@ class SoftmaxChannel:
             err[k] *= two_a
         if excess > 1.0:
             warnings.warn(
-                f"SoftmaxChannel.moments: max prox residual {max_res:.2e} > tol (and above the node's round-off "
-                "floor)", ConvergenceWarning, stacklevel=2
+                f"SoftmaxChannel.moments: a prox residual above tol and its node's round-off floor (max residual "
+                f"{max_res:.2e})", ConvergenceWarning, stacklevel=2
             )
         stein = {"m_hat": val["m_hat_stein"], "sigma_hat": val["sigma_hat_stein"], "m_hat_err": err["m_hat_stein"],
                  "sigma_hat_err": err["sigma_hat_stein"]}
