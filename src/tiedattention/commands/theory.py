@@ -185,7 +185,7 @@ def _note_prox_switching(records: list[dict], share: float = 1e-3) -> None:
     shown = ", ".join(f"{r['alpha']:.4g}" for r in hit[:6]) + (f", ... ({len(hit)} points)" if len(hit) > 6 else "")
     top = max(r["err_branch_share"] for r in hit)
     typer.echo(f"note: replica symmetry is not guaranteed at α = {shown}: the channel's prox has two local minima "
-               f"there (up to {100 * top:.2g} % of E‖g‖²); these points are the RS prediction, which can miss the "
+               f"there (up to {100 * top:.3g} % of E‖g‖²); these points are the RS prediction, which can miss the "
                "ERM (λ = 1e-4, α = 0.25) or meet it (β = β0 = 2, α = 0.5); --rs-stability measures it "
                "(docs/theory/stability.md)", err=True)
 
