@@ -172,13 +172,17 @@ def _exit_if_unconverged(records: list[dict]) -> None:
         raise typer.Exit(code=1)
 
 
-def _note_prox_switching(records: list[dict], share: float = 1e-3) -> None:
+def _note_prox_switching(records: list[dict], share: float | None = None) -> None:
     """One note on stderr naming the converged points whose channel prox has two local minima carrying more than
-    ``share`` of E||g||^2 (``err_branch_share``; 1e-3 is the SE's own ``branch_switch``): there the zero-temperature
-    replica symmetry the SE assumes is broken (its replicon diverges, docs/theory/stability.md), and the SE can
+    ``share`` of E||g||^2 (``err_branch_share``; default the SE's own ``branch_switch``, 1e-3): there the
+    zero-temperature replica symmetry the SE assumes is broken (its replicon diverges, docs/theory/stability.md),
+    and the SE can
     miss the ERM (lambda = 1e-4, alpha = 0.25: 0.381 against 0.354) or meet it (beta = beta0 = 2, alpha = 0.5).
     Large label noise has such minima at most nodes (Delta = 20: 50-90 % of E||g||^2); on the pure-noise plateau
     (Delta = 1e7) the SE's 1.9025 met the ERM's 1.908 +- 0.017 (d = 80; state_evolution.md)."""
+    from ..theory.state_evolution import BRANCH_SWITCH
+
+    share = BRANCH_SWITCH if share is None else share
     hit = [r for r in records if r["converged"] and (r.get("err_branch_share") or 0.0) > share]
     if not hit:
         return
