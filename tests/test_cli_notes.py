@@ -109,3 +109,21 @@ def test_far_tail_state_gives_no_spurious_prox_warning():
         warnings.simplefilter("error", ConvergenceWarning)
         mom = chan.moments(0.5, 234761.4612326249, 431.33618841039777, 15730.754256726523)
     assert 1e-9 < mom.prox_residual < 2e-9
+
+
+def test_simulate_warns_where_lambda_zero_with_output_noise_has_no_minimiser(capsys):
+    """The SE refuses lambda = 0 with seq2lab output noise below the interpolation threshold (no minimiser); the
+    trainers stop somewhere and call it converged (prox, d = 24, T = 3, alpha = 0.05: test error 3.41), so
+    `simulate` warns, naming the alphas below the threshold (alpha_bar = 0.1 < 0.307 < 1)."""
+    from tiedattention.commands.simulate import _warn_no_minimiser
+
+    p = Problem.from_options(lam=0, noise_out=0.1)
+    _warn_no_minimiser(p, [0.05, 0.5], [20])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: α = 0.05: λ = 0 with output noise below"), err
+    assert "ᾱ < 0.307" in err[0]
+    for q in (p.replace_student(lam=1e-4), Problem.from_options(lam=0), Problem.from_options(lam=0, noise_out=0.1,
+                                                                                            task="seq2seq")):
+        _warn_no_minimiser(q, [0.05], [20])
+    _warn_no_minimiser(p, [0.5, 1.0], [20])
+    assert capsys.readouterr().err == ""

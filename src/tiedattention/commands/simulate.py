@@ -81,6 +81,26 @@ def with_theory(record: dict[str, Any], se: dict[str, Any], se_d: int | None = N
     return out
 
 
+def _warn_no_minimiser(problem: Problem, alphas: list[float], dims: list[int]) -> None:
+    """One warning line where lambda = 0 with seq2lab output noise at an alpha_bar below the d -> infinity
+    interpolation threshold: there the ERM has no minimiser (labels that output noise puts outside the simplex drive
+    their logits to infinity), which the state evolution refuses; a trainer stops where its gradient is small and
+    reports that point as converged (prox at d = 24, T = 3, alpha = 0.05: test error 3.41, session 16)."""
+    if problem.student.lam != 0.0 or problem.task.noise_out == 0.0 or problem.task.task != "seq2lab":
+        return
+    from ..problem import alpha_bar
+    from ..theory.state_evolution import StateEvolution
+
+    T = problem.task.tokens
+    thr = StateEvolution(problem, d=min(dims) if problem.task.target.needs_d else None).interpolation_alpha_bar()
+    below = [a for a in alphas if alpha_bar(a, T) < thr]
+    if below:
+        shown = ", ".join(f"{a:.4g}" for a in below)
+        typer.echo(f"warning: α = {shown}: λ = 0 with output noise below the interpolation threshold (ᾱ < {thr:.4g}, "
+                   "d → ∞): the ERM has no minimiser (noisy labels outside the simplex drive the logits to infinity), "
+                   "so the trained point is where the solver stopped; use λ > 0", err=True)
+
+
 def _write_figure(out: Path, problem: Problem, shown: list[dict[str, Any]], alphas: list[float], dims: list[int],
                   theory: bool, err: Any) -> None:
     """--out: the figure and its parquet from the records shown (per d and 1/d fits), with --theory the SE on a
@@ -221,6 +241,7 @@ def simulate(
                 raise ParameterError("max-steps", "applies to --solver adam only")
             options["max_steps"] = max_steps
 
+        _warn_no_minimiser(problem, alphas, dims)
         se_records: dict[tuple[float, int | None], dict[str, Any]] = {}
         if theory:
             from ..theory.api import theory_records
