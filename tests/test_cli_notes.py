@@ -1,5 +1,6 @@
-"""The theory command's replica-symmetry note, quiet stderr when it is not a terminal, and the prox residual's
-round-off floor (the source of a spurious ConvergenceWarning on a converged λ = 1e-4 curve)."""
+"""Findings of session 16 (option sweeps of the CLI): the theory command's replica-symmetry note, quiet stderr when
+it is not a terminal, the prox residual's round-off floor (a spurious ConvergenceWarning on a converged λ = 1e-4
+curve), simulate's warning where λ = 0 has no minimiser, and spectrum at perfect recovery."""
 
 import warnings
 
@@ -127,3 +128,26 @@ def test_simulate_warns_where_lambda_zero_with_output_noise_has_no_minimiser(cap
         _warn_no_minimiser(q, [0.05], [20])
     _warn_no_minimiser(p, [0.5, 1.0], [20])
     assert capsys.readouterr().err == ""
+
+
+def test_spectrum_at_perfect_recovery_says_so_instead_of_a_traceback():
+    """Noiseless lambda = 0 above the perfect-recovery threshold: delta = 0, where FreeConvolution raised 'delta must
+    be > 0' as a traceback through `spectrum` (found by the session-16 option sweep). Now one message, exit 1."""
+    import json
+
+    from tiedattention.theory.spectrum import spectrum_from_result
+    from tiedattention.theory.state_evolution import StateEvolution
+
+    p = Problem.from_options(target="spikes:3,2,1", noise=0, lam=0, beta=0.5)
+    se = StateEvolution(p, d=100)
+    res = se.solve(0.1)
+    assert res.converged and res.delta == 0.0
+    with pytest.raises(ValueError, match=r"perfect recovery at alpha=0.1 .*S_hat = 2 S0"):
+        spectrum_from_result(p, se.measure, res)
+    args = ["spectrum", "--alpha", "0.1", "--target", "spikes:3,2,1", "--noise", "0", "--lam", "0", "--d", "100"]
+    r = CliRunner().invoke(app, args + ["--json"])
+    rec = json.loads(r.stdout)
+    assert r.exit_code == 1 and rec["theory"] is None and rec["message"].startswith("perfect recovery"), r.output
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert r.stderr.strip().endswith("not built at delta = 0: no spectrum"), r.stderr

@@ -93,12 +93,14 @@ def spectrum_cmd(
 
             record = spectrum_record(problem, alpha, d=d, seeds=seeds, solver=solver, device=device,
                                      theory_d=theory_d, out=out, joint_law=joint_law, progress=tick)
-    if not record["converged"]:  # says so (and nothing is drawn or simulated) instead of a traceback
+    if record["theory"] is None:  # says so (and nothing is drawn or simulated) instead of a traceback
         if json:
             emit_json(record)
-        else:
+        elif not record["converged"]:
             typer.echo(f"alpha={alpha:g}: the state evolution did not converge ({record['message']}): no spectrum",
                        err=True)
+        else:
+            typer.echo(f"{record['message']}: no spectrum", err=True)
         raise typer.Exit(code=1)
     if json:
         emit_json(record)
@@ -143,15 +145,17 @@ def spectrum_record(problem, alpha: float, d: int | None = None, seeds: int = 4,
     exact law of the strong modes' logits (the top K modes and the target's MP part explicit):
     ``eigenvalue_joint_law`` and its QMC error per outlier, the whole correction under ``theory.joint_law``
     (theory.strong_modes.corrected_outliers, docs/theory/decomposition.md 7.1)."""
-    from ..theory.spectrum import kolmogorov_distance, spectrum_from_result
+    from ..theory.spectrum import kolmogorov_distance, perfect_recovery_message, spectrum_from_result
     from ..theory.state_evolution import StateEvolution
 
     se = StateEvolution(problem, d=theory_d if theory_d is not None else d)
     res = se.solve(alpha)
     record: dict[str, Any] = {"alpha": alpha, "target": str(problem.task.target), "converged": bool(res.converged),
                               "message": res.message}
-    if not res.converged:  # no law to give (spectrum_from_result refuses): the caller reports it
+    if not res.converged or res.delta == 0.0:  # no law to give (spectrum_from_result refuses): the caller reports it
         record["theory"] = None
+        if res.converged:
+            record["message"] = perfect_recovery_message(problem, alpha)
         return record
     sp = spectrum_from_result(problem, se.measure, res)
     record["theory"] = sp.to_dict()

@@ -289,6 +289,14 @@ def outlier_weight_limit(measure: SpectralMeasure) -> float:
     return max(OUTLIER_WEIGHT, 1.5 * float(w.min())) if w.size else OUTLIER_WEIGHT
 
 
+def perfect_recovery_message(problem: Problem, alpha: float) -> str:
+    """Why a perfect-recovery point (noiseless, lambda -> 0+, alpha_bar >= alpha_bar_PR: delta = 0) has no law here."""
+    r = problem.task.beta0 / problem.student.beta
+    return (f"perfect recovery at alpha={alpha:g} (noiseless, lambda -> 0+; delta = 0): S_hat = {r:g} S0 (beta0/beta), "
+            "so the learned spectrum is the target's own scaled by that factor; the free-convolution law is not "
+            "built at delta = 0")
+
+
 def spectrum_from_result(problem: Problem, measure: SpectralMeasure, res: SEResult,
                          max_outlier_weight: float | None = None) -> LearnedSpectrum:
     """Learned spectrum at a solved SE point ``res`` (regular, interpolating or zero phase). A target atom of
@@ -307,6 +315,8 @@ def spectrum_from_result(problem: Problem, measure: SpectralMeasure, res: SEResu
     else:
         scale = res.m_hat / res.sigma_hat
     delta, eps = res.delta, res.eps
+    if delta == 0.0:  # (FreeConvolution raised "delta must be > 0" through every caller)
+        raise ValueError(perfect_recovery_message(problem, res.alpha))
     fc = FreeConvolution(measure, delta)
     cut = eps
     si = fc.integrals(eps)
