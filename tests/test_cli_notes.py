@@ -151,3 +151,21 @@ def test_spectrum_at_perfect_recovery_says_so_instead_of_a_traceback():
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert r.stderr.strip().endswith("not built at delta = 0: no spectrum"), r.stderr
+
+
+def test_non_finite_spectral_integrals_raise_instead_of_numpy_warnings():
+    """A degenerate SE iterate (spectrum --target powerlaw:1.25 --tokens 3 --kappa 2 --task seq2seq --lam 1e-4
+    --alpha 2 --d 100) overflowed the spectral sums: inf - inf printed numpy's 'invalid value encountered' three
+    times before the map's own finiteness check raised. Now the quadrature raises FloatingPointError, naming
+    delta, and prints nothing."""
+    from tiedattention.targets import MPTarget
+    from tiedattention.theory.spectral import FreeConvolution
+
+    fc = FreeConvolution(MPTarget(0.5).measure(), 0.5)
+    pieces = fc._pieces_above(0.0)
+    ok = fc.adaptive(pieces, lambda y, g: [np.ones_like(y)])
+    assert 0.5 < ok["totals"][0] < 1.0  # the density's mass above y = 0 (finite: no error)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(FloatingPointError, match="non-finite integrals at delta = 0.5"):
+            fc.adaptive(pieces, lambda y, g: [np.where(y > np.median(y), np.inf, -np.inf)])

@@ -533,40 +533,44 @@ class FreeConvolution:
         error = 0.0
         nodes = 0
         scale = None
-        for level in range(_MAX_LEVEL + 1):
-            r = self._panel_nodes(lo, hi, eb, ea, _NP)
-            r2 = self._panel_nodes(lo, hi, eb, ea, _NP_CHECK)
-            nodes += lo.size * (_NP + _NP_CHECK)
-            extra, extra2 = ((r["rho"],), (r2["rho"],)) if with_rho else ((), ())
-            tv = np.asarray(tests(r["y"], r["re_g"], *extra))
-            q = np.einsum("kpn,pn->pk", tv, r["w"])
-            q2 = np.einsum("kpn,pn->pk", np.asarray(tests(r2["y"], r2["re_g"], *extra2)), r2["w"])
-            if scale is None:
-                scale = max(1.0, float(np.max(np.abs(q.sum(axis=0)))))
-            diff = np.max(np.abs(q - q2), axis=1)
-            # target share of this panel, plus the rounding floor of its sums
-            roundoff = 1e-13 * np.max(np.einsum("kpn,pn->pk", np.abs(tv), np.abs(r["w"])), axis=1)
-            # (no panel is asked for more than 1% of the total tolerance: near edges v is only known to
-            # rounding relative to t, which would otherwise refine the edge panels for ever)
-            thr = rtol * scale * np.maximum((hi - lo) / total_len, 0.01) + roundoff
-            if _DEBUG:
-                print("level", level, lo.size, np.sum(diff > thr))
-            # a refinement that keeps doubling (a degenerate iterate: delta = 4e12 halved 1e6 panels of a support
-            # 4e12 wide, level after level, until memory ran out) stops at max_active panels: they are accepted,
-            # their disagreement goes into the error estimate
-            ok = (diff <= thr) | (level == _MAX_LEVEL) | (lo.size > max_active)
-            for key, val in (("lo", lo), ("hi", hi), ("eb", eb), ("ea", ea), ("u", r["u"]), ("y", r["y"]),
-                             ("re_g", r["re_g"]), ("w", r["w"]), ("q", q)):
-                acc[key].append(val[ok])
-            error += float(diff[ok].sum())
-            totals = q[ok].sum(axis=0) if totals is None else totals + q[ok].sum(axis=0)
-            if np.all(ok):
-                break
-            bad = ~ok
-            mid = 0.5 * (lo[bad] + hi[bad])
-            lo, hi = np.concatenate([lo[bad], mid]), np.concatenate([mid, hi[bad]])
-            eb = np.concatenate([eb[bad], np.zeros(mid.size)])
-            ea = np.concatenate([np.zeros(mid.size), ea[bad]])
+        with np.errstate(invalid="ignore", over="ignore"):  # non-finite totals raise below, naming delta
+            for level in range(_MAX_LEVEL + 1):
+                r = self._panel_nodes(lo, hi, eb, ea, _NP)
+                r2 = self._panel_nodes(lo, hi, eb, ea, _NP_CHECK)
+                nodes += lo.size * (_NP + _NP_CHECK)
+                extra, extra2 = ((r["rho"],), (r2["rho"],)) if with_rho else ((), ())
+                tv = np.asarray(tests(r["y"], r["re_g"], *extra))
+                q = np.einsum("kpn,pn->pk", tv, r["w"])
+                q2 = np.einsum("kpn,pn->pk", np.asarray(tests(r2["y"], r2["re_g"], *extra2)), r2["w"])
+                if scale is None:
+                    scale = max(1.0, float(np.max(np.abs(q.sum(axis=0)))))
+                diff = np.max(np.abs(q - q2), axis=1)
+                # target share of this panel, plus the rounding floor of its sums
+                roundoff = 1e-13 * np.max(np.einsum("kpn,pn->pk", np.abs(tv), np.abs(r["w"])), axis=1)
+                # (no panel is asked for more than 1% of the total tolerance: near edges v is only known to
+                # rounding relative to t, which would otherwise refine the edge panels for ever)
+                thr = rtol * scale * np.maximum((hi - lo) / total_len, 0.01) + roundoff
+                if _DEBUG:
+                    print("level", level, lo.size, np.sum(diff > thr))
+                # a refinement that keeps doubling (a degenerate iterate: delta = 4e12 halved 1e6 panels of a support
+                # 4e12 wide, level after level, until memory ran out) stops at max_active panels: they are accepted,
+                # their disagreement goes into the error estimate
+                ok = (diff <= thr) | (level == _MAX_LEVEL) | (lo.size > max_active)
+                for key, val in (("lo", lo), ("hi", hi), ("eb", eb), ("ea", ea), ("u", r["u"]), ("y", r["y"]),
+                                 ("re_g", r["re_g"]), ("w", r["w"]), ("q", q)):
+                    acc[key].append(val[ok])
+                error += float(diff[ok].sum())
+                totals = q[ok].sum(axis=0) if totals is None else totals + q[ok].sum(axis=0)
+                if np.all(ok):
+                    break
+                bad = ~ok
+                mid = 0.5 * (lo[bad] + hi[bad])
+                lo, hi = np.concatenate([lo[bad], mid]), np.concatenate([mid, hi[bad]])
+                eb = np.concatenate([eb[bad], np.zeros(mid.size)])
+                ea = np.concatenate([np.zeros(mid.size), ea[bad]])
+        if not np.all(np.isfinite(totals)):  # (inf - inf in the sums printed numpy's "invalid value" warnings)
+            raise FloatingPointError(f"spectral quadrature: non-finite integrals at delta = {self.delta:g} "
+                                     f"(totals {totals})")
         panels = {k: np.concatenate(v) for k, v in acc.items()}
         order = np.argsort(panels["lo"])
         panels = {k: v[order] for k, v in panels.items()}
