@@ -22,7 +22,7 @@ from ..cli_common import (
     with_problem,
 )
 from ..errors import ParameterError
-from ..problem import Problem
+from ..problem import Problem, alpha_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -88,7 +88,6 @@ def _warn_no_minimiser(problem: Problem, alphas: list[float], dims: list[int]) -
     reports that point as converged (prox at d = 24, T = 3, alpha = 0.05: test error 3.41, session 16)."""
     if problem.student.lam != 0.0 or problem.task.noise_out == 0.0 or problem.task.task != "seq2lab":
         return
-    from ..problem import alpha_bar
     from ..theory.state_evolution import StateEvolution
 
     T = problem.task.tokens
@@ -105,7 +104,6 @@ def _write_figure(out: Path, problem: Problem, shown: list[dict[str, Any]], alph
                   theory: bool, err: Any) -> None:
     """--out: the figure and its parquet from the records shown (per d and 1/d fits), with --theory the SE on a
     dense log grid over the simulated α range (reproduce.curves)."""
-
     from ..reproduce.curves import SE_POINTS, draw_simulation, se_curves, simulation_table, write_outputs
 
     curves = None
