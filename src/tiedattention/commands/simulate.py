@@ -22,7 +22,7 @@ from ..cli_common import (
     with_problem,
 )
 from ..errors import ParameterError
-from ..problem import Problem, alpha_bar
+from ..problem import Problem
 
 
 def register(app: typer.Typer) -> None:
@@ -87,13 +87,13 @@ def _warn_no_minimiser(problem: Problem, alphas: list[float], dims: list[int]) -
     their logits to infinity), which the state evolution refuses; a trainer stops where its gradient is small and
     reports that point as converged (prox at d = 24, T = 3, alpha = 0.05: test error 3.41, session 16)."""
     if problem.student.lam != 0.0 or problem.task.noise_out == 0.0 or problem.task.task != "seq2lab":
-        return
+        return  # (the same cheap test as lacks_minimiser, before importing the theory for the usual cases)
     from ..theory.state_evolution import StateEvolution
 
-    T = problem.task.tokens
-    thr = StateEvolution(problem, d=min(dims) if problem.task.target.needs_d else None).interpolation_alpha_bar()
-    below = [a for a in alphas if alpha_bar(a, T) < thr]
+    se = StateEvolution(problem, d=min(dims) if problem.task.target.needs_d else None)
+    below = [a for a in alphas if se.lacks_minimiser(a)]
     if below:
+        thr = se.interpolation_alpha_bar()
         shown = ", ".join(f"{a:.4g}" for a in below)
         typer.echo(f"warning: α = {shown}: λ = 0 with output noise below the interpolation threshold (ᾱ < {thr:.4g}, "
                    "d → ∞): the ERM has no minimiser (noisy labels outside the simplex drive the logits to infinity), "

@@ -520,10 +520,9 @@ class StateEvolution:
             res = self._perfect_recovery(alpha)
         elif fits and abar < self.interpolation_alpha_bar():
             res = self._solve_interpolating(alpha)
-        elif lam == 0.0 and self.problem.task.noise_out > 0.0 and abar < self.interpolation_alpha_bar():
-            # seq2lab: below the threshold the student can fit any labels inside the simplex, and the rows that
-            # output noise puts outside it drive their logits to infinity; the lambda = 0 SE then ran for many
-            # minutes on failing proxes without an answer (alpha = 0.05: stopped after 12.7 min at a 17 GB peak)
+        elif self.lacks_minimiser(alpha):
+            # the lambda = 0 SE ran for many minutes on failing proxes without an answer there (alpha = 0.05:
+            # stopped after 12.7 min at a 17 GB peak)
             res = self._failed(alpha, 0, float("nan"), (
                 f"lambda = 0 with seq2lab output noise below the interpolation threshold (alpha_bar {abar:.4g} < "
                 f"{self.interpolation_alpha_bar():.4g}): the ERM has no minimiser (noisy labels outside the simplex "
@@ -1236,6 +1235,14 @@ class StateEvolution:
             else:
                 self._inter_abar = interpolation_threshold(self.measure, self.problem.task.noise, model=st.model)
         return self._inter_abar
+
+    def lacks_minimiser(self, alpha: float) -> bool:
+        """lambda = 0 with seq2lab output noise below the interpolation threshold: the student can fit any labels
+        inside the simplex, and the rows that output noise puts outside it drive their logits to infinity, so the
+        ERM has no minimiser (:meth:`solve` refuses the point; ``simulate`` warns)."""
+        task = self.problem.task
+        return (self.problem.student.lam == 0.0 and task.noise_out > 0.0 and task.task == "seq2lab"
+                and alpha_bar(alpha, task.tokens) < self.interpolation_alpha_bar())
 
     def _recovers(self, abar: float) -> bool:
         """Noiseless factorised lambda -> 0+ at or above perfect recovery (a PSD target; a student of rank >= its)."""
