@@ -181,3 +181,63 @@ def test_real_at_at_beta2_crosses_one_between_alpha_05_and_087():
     # the prox switches branches at both (a few % of the sequences): rs_stable is false at both
     assert lo["rs_switching"] > 0 and hi["rs_switching"] > 0 and lo["rs_stable"] is False
     assert np.isfinite(lo["test_error"]) and hi["test_error"] == pytest.approx(0.3735, abs=0.002)
+
+
+# --------------------------------------------------------------------------------------------------
+# fig2: theory points whose prox has two local minima (err_branch_share > BRANCH_SWITCH) get open diamonds
+# --------------------------------------------------------------------------------------------------
+SHARE_1E4 = {0.1: 0.0, 0.2: 2e-4, 0.25: 0.09, 0.5: 0.03, 1.0: None}  # None: a record without the field
+
+
+def _fig2_table() -> pd.DataFrame:
+    from tiedattention.reproduce import fig2
+
+    rows = []
+    for lam in fig2.LAMS:
+        recs = []
+        for a, share in SHARE_1E4.items():
+            rec = {"alpha": a, "converged": True, "test_error": 0.3 + a / 10, "train_error": a / 10}
+            if lam == 1e-4 and share is not None:
+                rec["err_branch_share"] = share
+            elif lam != 1e-4:
+                rec["err_branch_share"] = 0.0
+            recs.append(rec)
+        rows.append({"route": common.THEORY_CURVE, **fig2._opts(lam), "records": json.dumps(recs)})
+        rows.append({"route": "simulate", **fig2._opts(lam), "alpha": 0.25, "d": 40, "seeds": 2, "converged": 1.0,
+                     **{f"{k}_{s}": 0.1 for k in ("test_error", "train_error") for s in ("mean", "sem")}})
+    return pd.DataFrame(rows)
+
+
+def test_fig2_marks_exactly_the_points_whose_prox_switches_branch(tmp_path):
+    from tiedattention.reproduce import fig2
+    from tiedattention.theory.state_evolution import BRANCH_SWITCH
+
+    data = fig2.tidy(_fig2_table(), True)
+    data.insert(0, "figure", "fig2")
+    data["quick"] = True
+    data.to_parquet(tmp_path / "fig2.parquet", index=False)  # the column round-trips (float, nulls)
+    data = pd.read_parquet(tmp_path / "fig2.parquet")
+    assert str(data[common.BRANCH_SHARE].dtype) == "float64"
+    marked = sorted(a for a, s in SHARE_1E4.items() if s is not None and s > BRANCH_SWITCH)
+    assert marked == [0.25, 0.5]
+    plt = common.pyplot()
+    fig = fig2.draw(data, True)
+    try:
+        panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
+        assert len(panels) == 2
+        for ax in panels:
+            marks = [ln for ln in ax.get_lines() if ln.get_gid() == "rs_switching"]
+            assert len(marks) == 1 and list(marks[0].get_xdata()) == marked and marks[0].get_color() == "C2"
+        labels = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+        assert labels.count(common.SWITCHING_LABEL) == 1
+        assert "two local minima" in " ".join(t.get_text() for t in fig.texts)  # the caption says what they mean
+    finally:
+        plt.close(fig)
+    # no share above the threshold, or data without the column (a parquet written before it): nothing marked
+    for cut in (data.assign(err_branch_share=BRANCH_SWITCH), data.drop(columns=[common.BRANCH_SHARE])):
+        fig = fig2.draw(cut, True)
+        try:
+            assert not [ln for ax in fig.axes for ln in ax.get_lines() if ln.get_gid() == "rs_switching"]
+            assert common.SWITCHING_LABEL not in [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+        finally:
+            plt.close(fig)

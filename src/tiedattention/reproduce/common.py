@@ -314,6 +314,43 @@ def plot_theory(ax, data: pd.DataFrame, panel: str, series: str, label: str | No
     return line
 
 
+#: record field: the share of E||g||^2 on channel nodes whose prox has two local minima (theory ``err_branch_share``)
+BRANCH_SHARE = "err_branch_share"
+SWITCHING_LABEL = "prox has two local minima: replica symmetry not guaranteed"
+#: the marker of :func:`mark_switching` (and of a figure's legend entry for it)
+SWITCH_MARK = {"ls": "none", "marker": "D", "ms": 3.2, "mfc": "none", "mew": 0.9}
+
+
+def branch_switching(sub: pd.DataFrame) -> np.ndarray:
+    """Mask of the theory rows whose prox has two local minima on more than the state evolution's
+    ``BRANCH_SWITCH`` share of E||g||^2 (where the replica-symmetric SE can miss the ERM; null: not marked)."""
+    from ..theory.state_evolution import BRANCH_SWITCH  # (the theory is imported where it is used, as in routes)
+
+    if BRANCH_SHARE not in sub.columns:
+        return np.zeros(len(sub), bool)
+    return (pd.to_numeric(sub[BRANCH_SHARE], errors="coerce") > BRANCH_SWITCH).fillna(False).to_numpy(bool)
+
+
+def mark_switching(ax, data: pd.DataFrame, panel: str, series: str, color=None) -> bool:
+    """Open diamonds (gid ``rs_switching``) on the theory points of ``series`` where :func:`branch_switching`;
+    True where any was drawn (the caller adds one legend entry, :data:`SWITCHING_LABEL`, for the figure)."""
+    sub = data[(data["panel"] == panel) & (data["series"] == series) & (data["kind"] == "theory")].sort_values("x")
+    bad = branch_switching(sub)
+    if not bad.any():
+        return False
+    ax.plot(sub["x"].to_numpy(float)[bad], sub["y"].to_numpy(float)[bad], color=color, zorder=4, gid="rs_switching",
+            **SWITCH_MARK)
+    return True
+
+
+def switching_caption() -> str:
+    """The caption's sentence for :func:`mark_switching`'s diamonds."""
+    from ..theory.state_evolution import BRANCH_SWITCH
+
+    return (f". Open diamonds: the channel's prox has two local minima on more than {BRANCH_SWITCH:.1%} of E‖g‖²; "
+            "the replica-symmetric SE is not guaranteed there and can miss the ERM (docs/theory/stability.md)")
+
+
 def plot_sim(ax, data: pd.DataFrame, panel: str, series: str, label: str | None = None, color=None,
              marker: str = "o", xshift: float = 1.0, **kw: Any):
     """Simulation points with standard-error bars; ``xshift`` multiplies x (to separate overlapping series)."""

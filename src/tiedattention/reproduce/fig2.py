@@ -4,6 +4,9 @@ lambda -> 0+, with the interpolation peak.
 Setting: MP target kappa0 = 0.5, Delta = 0.5, T = 2, beta = beta0 = 1, seq2lab, kappa = 1. As lambda -> 0+
 the training error is exactly zero below the interpolation threshold alpha_bar_inter (= 0.307 at
 Delta = 0.5, i.e. alpha = 0.1535) and the test error peaks there (docs/theory/state_evolution.md).
+Theory points where the channel's prox has two local minima on more than ``BRANCH_SWITCH`` of E||g||^2 (the
+record's ``err_branch_share``, carried into the tidy data) are marked with open diamonds: there the
+replica-symmetric SE is not guaranteed (at lambda = 1e-4, alpha = 0.25 it lies 0.027 above d = 100 training).
 """
 
 from __future__ import annotations
@@ -60,25 +63,32 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
     for lam in LAMS:
         t, s = common.select(th, lam=float(lam)), common.select(sim, lam=float(lam))
         for key in ("test_error", "train_error"):
-            frames.append(common.theory_points(t, key, f"lam={lam:g}", "alpha", key, lam=lam))
+            frames.append(common.theory_points(t, key, f"lam={lam:g}", "alpha", key, carry=(common.BRANCH_SHARE,),
+                                               lam=lam))
             frames.append(common.sim_points(s, key, f"lam={lam:g}", "alpha", key, lam=lam))
     thr = common.threshold_frame(table)
     if not thr.empty:
         frames.append(pd.DataFrame({"panel": ["threshold"], "kind": "theory", "series": "interpolation",
                                     "x": [float(thr["interpolation_noisy"].iloc[0]) / 2.0], "y": np.nan,
                                     "y_err": np.nan}))
-    return common.concat(frames)
+    data = common.concat(frames)
+    # a typed column (null on simulation rows and on records without the field), so that the parquet round-trips
+    share = data[common.BRANCH_SHARE] if common.BRANCH_SHARE in data.columns else np.nan
+    data[common.BRANCH_SHARE] = pd.to_numeric(share, errors="coerce")
+    return data
 
 
 def draw(data: pd.DataFrame, quick: bool):
     plt = common.pyplot(paper=True)
     fig, axes, spare = common.figure(plt, 2, 3.1, legend_row=0.75)
     thr = data[data["panel"] == "threshold"]["x"]
+    switching = False
     for ax, key in zip(axes, ("test_error", "train_error"), strict=True):
         for i, lam in enumerate(LAMS):
             c = "k" if lam == 0 else f"C{i}"
             common.plot_theory(ax, data, key, f"lam={lam:g}", label=f"theory, {_label(lam)}", color=c,
                                ls="--" if lam == 0 else "-", lw=1.1 if lam == 0 else 1.3)
+            switching |= common.mark_switching(ax, data, key, f"lam={lam:g}", color=c)
             common.plot_sim(ax, data, key, f"lam={lam:g}", label=f"simulation, {_label(lam)}", color=c)
         if len(thr):
             ax.axvline(thr.iloc[0], color="0.3", ls=":", lw=1.0,
@@ -91,9 +101,11 @@ def draw(data: pd.DataFrame, quick: bool):
     axes[1].set_title("(b) train error: exactly 0 below the\nthreshold as λ → 0+", loc="left")
     axes[0].set_ylim(bottom=0)
     axes[1].set_ylim(bottom=0)
+    if switching:  # one legend entry for the diamonds of every curve
+        axes[1].plot([], [], color="0.3", label=common.SWITCHING_LABEL, **common.SWITCH_MARK)
     # under the panels: with the four simulated λ of full mode a legend in (b) covered points
     common.legend_in(spare, (None, axes[1]), loc="upper left", ncol=3)
     common.suptitle(fig, "Factorised student, MP κ0 = 0.5, Δ = 0.5, T = 2, β = β0 = 1")
-    common.caption(fig, common.sim_caption(_sizes(quick)), y=-0.01)
+    common.caption(fig, common.sim_caption(_sizes(quick)) + (common.switching_caption() if switching else ""), y=-0.01)
     fig.tight_layout()
     return fig
