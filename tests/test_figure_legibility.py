@@ -188,7 +188,8 @@ def test_fig2_full_mode_legend_keeps_off_the_points():
         sims = sum(len(ax.containers) for ax in fig.axes)
         assert sims == 2 * 4, sims  # four λ simulated in both panels
         legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
-        assert sum(len(lg.get_texts()) for lg in legends) == 5 + 1 + 4  # theory x5, threshold, simulations x4
+        # theory x5, threshold, simulations x4, the diamonds of the points whose prox has two minima
+        assert sum(len(lg.get_texts()) for lg in legends) == 5 + 1 + 4 + 1
         for ax in fig.axes:
             pts = [ax.transData.transform(ln.get_xydata()) for ln in ax.get_lines()
                    if ln.get_transform() == ax.transData]

@@ -316,7 +316,7 @@ def plot_theory(ax, data: pd.DataFrame, panel: str, series: str, label: str | No
 
 #: record field: the share of E||g||^2 on channel nodes whose prox has two local minima (theory ``err_branch_share``)
 BRANCH_SHARE = "err_branch_share"
-SWITCHING_LABEL = "prox has two local minima: replica symmetry not guaranteed"
+SWITCHING_LABEL = "two prox minima: RS not guaranteed"
 #: the marker of :func:`mark_switching` (and of a figure's legend entry for it)
 SWITCH_MARK = {"ls": "none", "marker": "D", "ms": 3.2, "mfc": "none", "mew": 0.9}
 
