@@ -101,15 +101,67 @@ def test_a_stein_re_solve_that_fails_keeps_the_jacobian_point_and_says_why(jacob
     """Forced: the Stein re-solve capped at 3 iterations (no cheaper stage, no root fallback) cannot converge from the
     Jacobian point (the Stein fixed point is ~13 % away in q); the Jacobian point is reported, converged, with the
     reason in its message: never a silent switch."""
-    se = StateEvolution(BAND, channel_options=RULE)
-    se._stein = StateEvolution(BAND, channel_options={**RULE, "conjugates": "stein"}, max_iter=3, coarse_options=False,
-                               root_fallback=False)
+    se = _capped(StateEvolution(BAND, channel_options=RULE))
+    se._stein_cold = _capped_stein()  # the cold-map fallback is capped too
     res = se.solve(A_BAND)
     np.testing.assert_array_equal(_x(res), _x(jacobian_point))
     assert res.converged and res.quadrature == "qmc4x2^10"
     assert "Jacobian forms kept although the branch share" in res.message
-    assert "the Stein re-solve from it did not converge" in res.message
+    assert "the Stein re-solve from it did not converge" in res.message and "cold map: " in res.message
     assert res.iterations > jacobian_point.iterations
+
+
+def _capped_stein() -> StateEvolution:
+    """A Stein-forms solver capped at 3 iterations: it cannot converge from the Jacobian point."""
+    return StateEvolution(BAND, channel_options={**RULE, "conjugates": "stein"}, max_iter=3, coarse_options=False,
+                          root_fallback=False)
+
+
+def _capped(se: StateEvolution) -> StateEvolution:
+    """``se`` with its warm Stein re-solver capped (:func:`_capped_stein`)."""
+    se._stein = _capped_stein()
+    return se
+
+
+def test_a_failed_warm_stein_re_solve_falls_back_to_the_cold_map(jacobian_point, routed_point):
+    """Where the warm Stein re-solve fails (capped here; T = 4 with output noise at lambda = 1e-3 it stalls because
+    warm proxes keep other branches than the cold map's), the cold map is iterated with the Stein forms (a QMC
+    re-solver, stopped at a tenth of its rule's error) from the Jacobian point: it reaches the Stein fixed point that
+    the warm route finds, within the rule's error, and says so."""
+    res = _capped(StateEvolution(BAND, channel_options=RULE)).solve(A_BAND)
+    assert res.converged and res.phase == "regular" and res.quadrature == "qmc4x2^10+stein"
+    assert "cold map (the warm Stein re-solve did not converge" in res.message
+    assert "Stein forms of m_hat, sigma_hat: branch share" in res.message
+    floor = max(res.errors[f"channel_{k}"] / getattr(res, k) for k in ("q_hat", "m_hat", "sigma_hat"))
+    assert abs(res.test_error - routed_point.test_error) <= 10 * floor * routed_point.test_error
+    assert abs(res.test_error - jacobian_point.test_error) > 0.02  # the Stein point, not the Jacobian one
+    np.testing.assert_allclose(_x(res), _x(routed_point), rtol=20 * floor)
+
+
+def test_the_cold_fallback_refuses_a_runaway(jacobian_point, monkeypatch):
+    """A cold-map point whose q is more than COLD_STEIN_SPAN from the Jacobian point's (lambda = 0 far out, where the
+    map is nearly scale-invariant and a runaway is accepted at the quadrature floor) is not reported: the Jacobian
+    point is kept and the message names the runaway."""
+    import dataclasses
+
+    from tiedattention.theory import state_evolution as sem
+
+    se = _capped(StateEvolution(BAND, channel_options=RULE))
+    starts = []
+
+    class RunAway:
+        _quadrature = "qmc4x2^10"
+
+        def _solve_regular(self, alpha, x0, zero_test=True):
+            starts.append(np.asarray(x0, float))
+            return dataclasses.replace(jacobian_point, q=jacobian_point.q * 1e3, iterations=7, message="")
+
+    se._stein_cold = RunAway()
+    res = se.solve(A_BAND)
+    np.testing.assert_array_equal(_x(res), _x(jacobian_point))
+    assert "ran off to q = " in res.message and f"more than {sem.COLD_STEIN_SPAN:g}x" in res.message
+    # tried from the warm re-solve's end point (near the Jacobian point: 3 iterations) and from the Jacobian point
+    assert len(starts) == 2 and np.array_equal(starts[1], _x(jacobian_point))
 
 
 # ------------------------------------------------------------------------------------------------- slow ------------
@@ -147,3 +199,30 @@ def test_t3_lambda_0_01_is_unchanged():
         jac = StateEvolution(FIG6, channel_options={"conjugates": "jacobian"}).solve(a)
         assert res.errors["branch_share"] <= 1e-3 and res.quadrature == "qmc4x2^12"
         np.testing.assert_array_equal(_x(res), _x(jac))
+
+
+def test_no_cold_fallback_after_a_warm_runaway(jacobian_point):
+    """Where the warm Stein re-solve itself ran off (q more than COLD_STEIN_SPAN from the Jacobian point: T = 4 with
+    output noise at lambda = 0, where the cold map from the Jacobian point ran off too, in 334 s), the cold map is not
+    tried: the Jacobian point is kept and the message says why."""
+    import dataclasses
+
+    se = StateEvolution(BAND, channel_options=RULE)
+    calls = []
+
+    class Fake:
+        _quadrature = "qmc4x2^10"
+
+        def __init__(self, scale):
+            self.scale = scale
+
+        def _solve_regular(self, alpha, x0, zero_test=True):
+            calls.append(self.scale)
+            return dataclasses.replace(jacobian_point, q=jacobian_point.q * self.scale, converged=False,
+                                       message="stalled at residual 1.1e-01")
+
+    se._stein, se._stein_cold = Fake(100.0), Fake(1.0)
+    res = se.solve(A_BAND)
+    np.testing.assert_array_equal(_x(res), _x(jacobian_point))
+    assert calls == [100.0]  # the warm re-solve only
+    assert "cold map not tried: the warm re-solve ran off to q = " in res.message

@@ -78,6 +78,10 @@ ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve w
 # Gauss-Hermite point of the Jacobian forms, whose map is tamer far from the fixed point (docs/theory/
 # state_evolution.md, "The conjugates: Stein forms"); that point anchors the restart if its residual is below this
 FORMS_START = 1e-2
+# the cold-map Stein re-solve of a T >= 3 QMC point (_stein_cold_resolve) keeps to points whose q is within this factor
+# of the Jacobian forms' point: at lambda = 0 the map is nearly scale-invariant far out, and a cold solve that ran off
+# to q ~ 2e9 was accepted at the quadrature floor (T = 4 with output noise, alpha = 0.05: test error 4.49 against 3.16)
+COLD_STEIN_SPAN = 10.0
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
 
@@ -394,6 +398,7 @@ class StateEvolution:
         self.stein_switch = (float(branch_switch) if branch_switch is not None and self._qmc and self._order_checks
                              and self.channel.conjugates == "jacobian" and "conjugates" not in user else None)
         self._stein: StateEvolution | None = None
+        self._stein_cold: StateEvolution | None = None
         self._orders: dict = {}  # Gauss-Hermite solvers at other orders (fixed-point error, raised order)
         # secant pairs of the last stage of the last solve, and those to seed the next solve's first stage with:
         # a neighbouring order's map has nearly the same Jacobian (a re-solve from the answer then takes ~2 steps)
@@ -715,9 +720,16 @@ class StateEvolution:
             out, fail = None, f"{type(exc).__name__}: {exc}"
         else:
             fail = (out.message or "not converged") if not out.converged else f"phase {out.phase}"
+            out.quadrature = f"{self._stein._quadrature}+stein"
+        if not (out is not None and out.converged and out.phase == "regular") and self._qmc:
+            cold, cold_fail, spent = self._stein_cold_resolve(alpha, res, out, fail)
+            if cold is not None:
+                out = cold
+            else:
+                fail += f"; {cold_fail}"
+                res.iterations += spent
         if out is not None and out.converged and out.phase == "regular":
             out.iterations += res.iterations
-            out.quadrature = f"{self._stein._quadrature}+stein"
             note = f"Stein forms of m_hat, sigma_hat: {why}"
             if res.message:
                 note += f"; Jacobian forms: {res.message}"
@@ -728,6 +740,51 @@ class StateEvolution:
         note = f"Jacobian forms kept although the {why}: the Stein re-solve from it did not converge ({fail})"
         _add_note(res, note)
         return res
+
+    def _stein_cold_resolve(self, alpha: float, res: SEResult, warm: SEResult | None,
+                            warm_fail: str) -> tuple[SEResult | None, str, int]:
+        """The warm Stein re-solve of a QMC point failed: where many proxes have two minima, warm-started proxes keep
+        the branches they had while the cold map's starts pick others, so the warm fixed point misses the cold map's
+        (T = 4, output noise 0.1, Delta = 0.01, beta = 0.3, lambda = 1e-3, alpha = 0.05: branch share 0.2, cold map
+        residual 3.3e-3 at the warm fixed point, > 2 min unconverged). Iterate the cold map itself, as the T = 2 QMC
+        re-solve does (:meth:`_qmc_resolver`: stopped at a tenth of the rule's own error), from the warm Stein end
+        point, then from the Jacobian forms' point; a point whose q is more than COLD_STEIN_SPAN away from the
+        Jacobian forms' is a runaway (lambda = 0) and not accepted, and where the warm re-solve itself ran that far
+        the cold map is not tried. ``warm``: the warm re-solve's result (None where it raised), ``warm_fail`` why it
+        failed. Returns (the converged point with ``quadrature`` and ``iterations`` set, "", 0) or (None, why it
+        failed, the cold solves' iterations)."""
+        if self._stein_cold is None:
+            self._stein_cold = self._qmc_resolver({**self._channel_options, "conjugates": "stein"})
+
+        def near(x) -> bool:  # q within COLD_STEIN_SPAN of the Jacobian forms' point (no runaway)
+            return bool(np.all(np.isfinite(x)) and x[0] > 0
+                        and abs(math.log(x[0] / res.x[0])) <= math.log(COLD_STEIN_SPAN))
+
+        if warm is not None and warm.phase == "regular" and np.all(np.isfinite(warm.x)) and not near(warm.x):
+            # the Stein map itself runs off here (lambda = 0 above: the cold map from the Jacobian point ran off
+            # too, to q ~ 1.2e4 in 334 s), not a warm/cold branch mismatch
+            return None, (f"cold map not tried: the warm re-solve ran off to q = {warm.q:.3g} (Jacobian forms' "
+                          f"q = {res.q:.3g})"), 0
+        starts = [warm.x] if warm is not None and warm.phase == "regular" and np.all(np.isfinite(warm.x)) else []
+        iterations, why = 0, "no start"
+        for x0 in [*starts, res.x]:
+            try:
+                out = self._stein_cold._solve_regular(alpha, x0, zero_test=False)
+            except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError) as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                continue
+            iterations += out.iterations
+            if out.converged and out.phase == "regular" and not near(out.x):
+                why = (f"ran off to q = {out.q:.3g} from q = {x0[0]:.3g} (more than {COLD_STEIN_SPAN:g}x the Jacobian "
+                       f"forms' q = {res.q:.3g}), not accepted")
+                continue
+            if out.converged and out.phase == "regular":
+                out.iterations = iterations + (warm.iterations if warm is not None else 0)
+                out.quadrature = f"{self._stein_cold._quadrature}+stein"
+                _add_note(out, f"cold map (the warm Stein re-solve did not converge: {warm_fail})")
+                return out, "", 0
+            why = out.message or "not converged"
+        return None, f"cold map: {why}", iterations
 
     def _propagate_errors(self) -> bool:
         # QMC points (Gauss-Hermite points compare two orders instead, _add_two_order_errors). Default: on for
