@@ -131,6 +131,13 @@ def _table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _panel_marks(fig, gid: str, panels: int) -> list:
+    """(axes, its lines with ``gid``) for each titled panel of ``fig``, asserting there are ``panels`` of them."""
+    axes = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    assert len(axes) == panels
+    return [(ax, [ln for ln in ax.get_lines() if ln.get_gid() == gid]) for ax in axes]
+
+
 def test_fig5_tidy_carries_the_rs_fields_and_draw_marks_exactly_the_at_unstable_points(tmp_path):
     data = fig5.tidy(_table(), True)
     data.insert(0, "figure", "fig5")
@@ -147,10 +154,7 @@ def test_fig5_tidy_carries_the_rs_fields_and_draw_marks_exactly_the_at_unstable_
     plt = common.pyplot()
     fig = fig5.draw(data, True)
     try:
-        panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
-        assert len(panels) == 3
-        for ax in panels:
-            marks = [ln for ln in ax.get_lines() if ln.get_gid() == "rs_unstable"]
+        for ax, marks in _panel_marks(fig, "rs_unstable", 3):
             assert len(marks) == 1 and list(marks[0].get_xdata()) == unstable
             dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and len(ln.get_xdata())]
             assert len(dashed) == 1  # 0.5 -> 0.75 -> 0.87 -> 0.95 -> 1.0, green (and the legend's empty proxy)
@@ -223,10 +227,7 @@ def test_fig2_marks_exactly_the_points_whose_prox_switches_branch(tmp_path):
     plt = common.pyplot()
     fig = fig2.draw(data, True)
     try:
-        panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
-        assert len(panels) == 2
-        for ax in panels:
-            marks = [ln for ln in ax.get_lines() if ln.get_gid() == "rs_switching"]
+        for _, marks in _panel_marks(fig, "rs_switching", 2):
             assert len(marks) == 1 and list(marks[0].get_xdata()) == marked and marks[0].get_color() == "C2"
         labels = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
         assert labels.count(common.SWITCHING_LABEL) == 1
