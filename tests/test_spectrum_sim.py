@@ -130,7 +130,7 @@ def test_narrow_and_direct_test_error_against_training(model, kappa, alpha, torc
     allowance). The theory at d = 100 is the finite-size SE (theory/finite_size.py) where n = alpha d^2 >= 2500,
     the range where it is validated; below, the d -> infinity SE. Against the d -> infinity SE the alpha >= 0.5
     points sit +1.8 to +2.6 s.e. high (kappa = 0.25, alpha = 0.5: +2.07, a failure by 3e-5; direct, alpha = 2:
-    +2.57), the sign and size of the O(1/d) bias the finite-size SE carries; the direct model at alpha = 0.5 is
+    +2.58), the sign and size of the O(1/d) bias the finite-size SE carries; the direct model at alpha = 0.5 is
     checked by extrapolation in d below."""
     p = Problem.from_options(target="mp:0.5", kappa=kappa, model=model)
     se = StateEvolution(p)
