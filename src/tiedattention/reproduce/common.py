@@ -321,14 +321,20 @@ SWITCHING_LABEL = "two prox minima: RS not guaranteed"
 SWITCH_MARK = {"ls": "none", "marker": "D", "ms": 3.2, "mfc": "none", "mew": 0.9}
 
 
+def above(sub: pd.DataFrame, column: str, threshold: float) -> np.ndarray:
+    """Mask of the rows whose ``column`` exceeds ``threshold`` (False where the value is null or the column absent:
+    a field not computed, or a parquet written before it existed)."""
+    if column not in sub.columns:
+        return np.zeros(len(sub), bool)
+    return (pd.to_numeric(sub[column], errors="coerce") > threshold).fillna(False).to_numpy(bool)
+
+
 def branch_switching(sub: pd.DataFrame) -> np.ndarray:
     """Mask of the theory rows whose prox has two local minima on more than the state evolution's
     ``BRANCH_SWITCH`` share of E||g||^2 (where the replica-symmetric SE can miss the ERM; null: not marked)."""
     from ..theory.state_evolution import BRANCH_SWITCH  # (the theory is imported where it is used, as in routes)
 
-    if BRANCH_SHARE not in sub.columns:
-        return np.zeros(len(sub), bool)
-    return (pd.to_numeric(sub[BRANCH_SHARE], errors="coerce") > BRANCH_SWITCH).fillna(False).to_numpy(bool)
+    return above(sub, BRANCH_SHARE, BRANCH_SWITCH)
 
 
 def mark_switching(ax, data: pd.DataFrame, panel: str, series: str, color=None) -> bool:

@@ -84,9 +84,7 @@ def tidy(table: pd.DataFrame, quick: bool) -> pd.DataFrame:
 
 def rs_unstable(sub: pd.DataFrame) -> np.ndarray:
     """Mask of the theory rows whose RS fixed point is AT-unstable (rs_at > 1; null: not computed, not marked)."""
-    if "rs_at" not in sub.columns:
-        return np.zeros(len(sub), bool)
-    return (pd.to_numeric(sub["rs_at"], errors="coerce") > 1.0).fillna(False).to_numpy(bool)
+    return common.above(sub, "rs_at", 1.0)
 
 
 def _plot_theory_rs(ax, data: pd.DataFrame, panel: str, series: str, label: str, color: str) -> None:

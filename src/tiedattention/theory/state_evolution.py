@@ -760,30 +760,30 @@ class StateEvolution:
             return bool(np.all(np.isfinite(x)) and x[0] > 0
                         and abs(math.log(x[0] / res.x[0])) <= math.log(COLD_STEIN_SPAN))
 
-        if warm is not None and warm.phase == "regular" and np.all(np.isfinite(warm.x)) and not near(warm.x):
+        warm_end = warm is not None and warm.phase == "regular" and bool(np.all(np.isfinite(warm.x)))
+        if warm_end and not near(warm.x):
             # the Stein map itself runs off here (lambda = 0 above: the cold map from the Jacobian point ran off
             # too, to q ~ 1.2e4 in 334 s), not a warm/cold branch mismatch
             return None, (f"cold map not tried: the warm re-solve ran off to q = {warm.q:.3g} (Jacobian forms' "
                           f"q = {res.q:.3g})"), 0
-        starts = [warm.x] if warm is not None and warm.phase == "regular" and np.all(np.isfinite(warm.x)) else []
         iterations, why = 0, "no start"
-        for x0 in [*starts, res.x]:
+        for x0 in ([warm.x] if warm_end else []) + [res.x]:
             try:
                 out = self._stein_cold._solve_regular(alpha, x0, zero_test=False)
             except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
                 continue
             iterations += out.iterations
-            if out.converged and out.phase == "regular" and not near(out.x):
+            if not (out.converged and out.phase == "regular"):
+                why = out.message or "not converged"
+            elif not near(out.x):
                 why = (f"ran off to q = {out.q:.3g} from q = {x0[0]:.3g} (more than {COLD_STEIN_SPAN:g}x the Jacobian "
                        f"forms' q = {res.q:.3g}), not accepted")
-                continue
-            if out.converged and out.phase == "regular":
+            else:
                 out.iterations = iterations + (warm.iterations if warm is not None else 0)
                 out.quadrature = f"{self._stein_cold._quadrature}+stein"
                 _add_note(out, f"cold map (the warm Stein re-solve did not converge: {warm_fail})")
                 return out, "", 0
-            why = out.message or "not converged"
         return None, f"cold map: {why}", iterations
 
     def _propagate_errors(self) -> bool:
