@@ -1273,16 +1273,22 @@ class SoftmaxChannel:
             gg = _rowdot(g, g)
             A = np.eye(n)[None] + sigma * r.hess
             C = kern.cross(r.c, a, p.beta0)  # d(grad l)/da = -2 beta beta0 C
-            X = _solve_sym(A, np.concatenate([r.hess, C], axis=2))
-            tr_h = np.trace(X[:, :, :n], axis1=1, axis2=2)  # tr[H (I + sigma H)^-1]
-            tr_c = np.trace(X[:, :, n:], axis1=1, axis2=2)  # tr[(I + sigma H)^-1 C]
-            vals = {
-                "q_hat": self._wsum(panel.w, gg),
-                "m_hat": 2.0 * p.beta * p.beta0 * self._wsum(panel.w, tr_c),
-                "sigma_hat": self._wsum(panel.w, tr_h),
-                "loss_mean": self._wsum(panel.w, r.loss),
-                "envelope": self._wsum(panel.w, r.f),
-            }
+            # I + sigma H is singular to round-off on some nodes at a runaway's sigma (~1e9 at lambda = 0, docs):
+            # the Jacobian forms are then not finite, which the checks below turn into a FloatingPointError where
+            # they are in use (the Stein forms need no solve), instead of numpy's divide/invalid warnings
+            with np.errstate(divide="ignore", invalid="ignore"):
+                X = _solve_sym(A, np.concatenate([r.hess, C], axis=2))
+                tr_h = np.trace(X[:, :, :n], axis1=1, axis2=2)  # tr[H (I + sigma H)^-1]
+                tr_c = np.trace(X[:, :, n:], axis1=1, axis2=2)  # tr[(I + sigma H)^-1 C]
+                vals = {
+                    "q_hat": self._wsum(panel.w, gg),
+                    "m_hat": 2.0 * p.beta * p.beta0 * self._wsum(panel.w, tr_c),
+                    "sigma_hat": self._wsum(panel.w, tr_h),
+                    "loss_mean": self._wsum(panel.w, r.loss),
+                    "envelope": self._wsum(panel.w, r.f),
+                }
+                if jacobian:  # ||dg/dz||_F^2 = ||H (I + sigma H)^-1||_F^2 per node (g has no e component)
+                    vals["jac_sq"] = self._wsum(panel.w, np.sum(X[:, :, :n] ** 2, axis=(1, 2)))
             if det > 1e-300:
                 ga = _rowdot(g, q * a - m * b) / det
                 gb = _rowdot(g, qz * b - m * a) / det
@@ -1291,8 +1297,6 @@ class SoftmaxChannel:
             else:
                 vals["m_hat_stein"] = vals["sigma_hat_stein"] = float("nan")
             vals["branch"] = branch
-            if jacobian:  # ||dg/dz||_F^2 = ||H (I + sigma H)^-1||_F^2 per node (g has no e component)
-                vals["jac_sq"] = self._wsum(panel.w, np.sum(X[:, :, :n] ** 2, axis=(1, 2)))
             per_panel.append(vals)
         val, err = self._combine(per_panel)
         const = T * p.noise_out  # row-mean part of the output noise: constant loss
@@ -1315,7 +1319,7 @@ class SoftmaxChannel:
             for k in ("m_hat", "sigma_hat"):
                 stein[f"{k}_jacobian"], stein[f"{k}_jacobian_err"] = val[k], err[k]
                 val[k], err[k] = val[f"{k}_stein"], err[f"{k}_stein"]
-        for k in _KEYS[:6]:
+        for k in _KEYS[:6] + (("jac_sq",) if jacobian else ()):
             if not math.isfinite(val[k]):
                 raise FloatingPointError(f"SoftmaxChannel.moments: {k} is not finite")
         return ChannelMoments(

@@ -82,6 +82,12 @@ FORMS_START = 1e-2
 # of the Jacobian forms' point: at lambda = 0 the map is nearly scale-invariant far out, and a cold solve that ran off
 # to q ~ 2e9 was accepted at the quadrature floor (T = 4 with output noise, alpha = 0.05: test error 4.49 against 3.16)
 COLD_STEIN_SPAN = 10.0
+# lambda = 0: a point whose logit scale beta sqrt(q) reaches this is a runaway, not a fixed point. There a typical logit
+# gap is ~1e3 and exp(-gap) underflows, every softmax is one-hot in double precision and the bounded loss no longer
+# sees the scale of S, so the map is scale-invariant and its residual falls to the quadrature floor as q grows
+# (direct spiked seq2seq, Delta = 20, alpha = 0.5: accepted at q = 4.1e8, beta sqrt(q) = 6e3, while q = 37, 1144 at
+# lambda = 1e-3, 1e-5: no finite minimiser). Converged lambda = 0 points measured: beta sqrt(q) <= 3.
+RUNAWAY_LOGIT = 1e3
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
 
@@ -534,6 +540,8 @@ class StateEvolution:
                 "drive the logits to infinity); use lambda > 0"))
         else:
             res = self._solve_regular(alpha, init)
+            if lam == 0.0:
+                _refuse_runaway(res, self.problem.student.beta)
         res.seconds = time.perf_counter() - t0
         res.quadrature = res.quadrature or self._quadrature
         if not res.converged:
@@ -1542,6 +1550,19 @@ def _order_difference(res: SEResult, other: SEResult) -> dict[str, float]:
     for key in ("test_error", "test_error_clean"):
         err[f"fixed_point_{key}"] = abs(getattr(res, key) - getattr(other, key)) + res.errors.get(key, 0.0)
     return err
+
+
+def _refuse_runaway(res: SEResult, beta: float) -> None:
+    """lambda = 0: mark a point whose logit scale beta sqrt(q) reached RUNAWAY_LOGIT as not converged, in place (its
+    values stay: the last iterate, which says how far it ran); the message says why, before the solver's own."""
+    scale = beta * math.sqrt(res.q) if res.q >= 0.0 else float("nan")
+    if res.phase != "regular" or not scale >= RUNAWAY_LOGIT:
+        return
+    res.converged = False
+    why = (f"ran off to q = {res.q:.3g} at lambda = 0 (logit scale beta sqrt(q) = {scale:.3g} >= {RUNAWAY_LOGIT:g}, "
+           "where every softmax is one-hot in double precision): the ERM has no finite minimiser here (the bounded "
+           "loss keeps falling as the logits grow); use lambda > 0")
+    res.message = f"{why} ({res.message})" if res.message else why
 
 
 def _add_note(res: SEResult, note: str) -> None:
