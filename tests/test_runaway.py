@@ -41,7 +41,7 @@ def test_a_point_at_the_runaway_logit_scale_is_not_converged_and_keeps_its_value
     assert res.q == q and res.test_error == 1.7 and res.iterations == 236  # the last iterate stays, it says how far
     assert res.message.startswith(f"ran off to q = {q:.3g} at lambda = 0")
     assert "no finite minimiser" in res.message and "use lambda > 0" in res.message
-    assert res.message.endswith("(solver's note)")  # the solver's own message is kept, after the reason
+    assert res.message.endswith("(solver: solver's note)")  # the solver's own message is kept, after the reason
 
 
 @pytest.mark.parametrize("beta", [0.3, 1.0])

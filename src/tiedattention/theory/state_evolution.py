@@ -1562,7 +1562,7 @@ def _refuse_runaway(res: SEResult, beta: float) -> None:
     why = (f"ran off to q = {res.q:.3g} at lambda = 0 (logit scale beta sqrt(q) = {scale:.3g} >= {RUNAWAY_LOGIT:g}, "
            "where every softmax is one-hot in double precision): the ERM has no finite minimiser here (the bounded "
            "loss keeps falling as the logits grow); use lambda > 0")
-    res.message = f"{why} ({res.message})" if res.message else why
+    res.message = f"{why} (solver: {res.message})" if res.message else why
 
 
 def _add_note(res: SEResult, note: str) -> None:
