@@ -85,8 +85,9 @@ COLD_STEIN_SPAN = 10.0
 # lambda = 0: a point whose logit scale beta sqrt(q) reaches this is a runaway, not a fixed point. There a typical logit
 # gap is ~1e3 and exp(-gap) underflows, every softmax is one-hot in double precision and the bounded loss no longer
 # sees the scale of S, so the map is scale-invariant and its residual falls to the quadrature floor as q grows
-# (direct spiked seq2seq, Delta = 20, alpha = 0.5: accepted at q = 4.1e8, beta sqrt(q) = 6e3, while q = 37, 1144 at
-# lambda = 1e-3, 1e-5: no finite minimiser). Converged lambda = 0 points measured: beta sqrt(q) <= 3.
+# (direct model, MP 0.5, Delta = 2, alpha = 0.5: accepted at q = 1.35e8, beta sqrt(q) = 1.2e4, while lambda = 1e-3,
+# 1e-5, 1e-7 give q = 7.6, 147, 2.8e3: no finite minimiser). 17 converged lambda = 0 points measured: beta sqrt(q) <= 3
+# (docs/theory/state_evolution.md, "Runaways at lambda = 0"). At lambda > 0 the penalty bounds q: no test there.
 RUNAWAY_LOGIT = 1e3
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
