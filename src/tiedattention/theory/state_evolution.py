@@ -73,6 +73,8 @@ ROUGH_MAX_ITER = 80  # per stage; then the floor_factor acceptance decides (each
 # ROUGH_QMC and the Stein forms of the conjugates instead
 NOISE_STEIN = 0.5
 NOISE_QMC = {**ROUGH_QMC, "conjugates": "stein"}
+# ... and where its cold start stalls, starts at these multiples of the stalled point's q and Sigma (_scaled_starts)
+NOISE_SCALES = (10.0, 100.0)
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
 # a Gauss-Hermite solve with the Stein forms (T = 2 default) that does not converge is started again from the
 # Gauss-Hermite point of the Jacobian forms, whose map is tamer far from the fixed point (docs/theory/
@@ -614,6 +616,8 @@ class StateEvolution:
                     if again.converged:
                         out = again
                         note += f"; cold start stalled, continued from the fixed point at Delta = {lower:g}"
+            if not out.converged and init is None:
+                out = self._scaled_starts(alpha, noisy, out, zero_test)
             _add_note(out, note)
             return out
         res = self._staged(alpha, init, zero_test)
@@ -973,6 +977,36 @@ class StateEvolution:
         if self._rough is None:
             self._rough = self._qmc_resolver(self.rough_options)
         return self._rough
+
+    def _scaled_starts(self, alpha: float, solver: StateEvolution, stalled: SEResult, zero_test: bool) -> SEResult:
+        """A stalled large-noise solve started again from its end point scaled up (q, Sigma x s, m x sqrt(s), which
+        keeps the correlation m / sqrt(q)) for s in NOISE_SCALES; of the starts that converge the one with the lowest
+        objective (the ERM's minimum: the zero-temperature free energy) is returned, else ``stalled``.
+
+        Past a fold of the small-norm branch the only fixed point can lie at a norm ~50x larger, which the cold start
+        does not reach: MP kappa0 = 0.2, Delta = 2, alpha = 0.5 converges at q = 1.9 and 2.5 for lambda = 5e-3 and
+        3e-3, stalls at q ~ 2.7 (residual ~1e-2) for lambda <= 2e-3, and at lambda = 1e-3 converges at q = 145 from a
+        start there (docs/theory/state_evolution.md, "Large logit noise: past the fold")."""
+        if stalled.phase != "regular" or not np.all(np.isfinite(stalled.x)):
+            return stalled
+        q, m, sigma = stalled.x
+        best, spent = None, stalled.iterations
+        for s in NOISE_SCALES:
+            try:
+                cand = solver._solve_regular(alpha, np.array([s * q, math.sqrt(s) * m, s * sigma]), zero_test)
+            except (ArithmeticError, ValueError):
+                continue
+            spent += cand.iterations
+            if cand.converged and cand.phase == "regular" and (best is None or cand.objective < best[1].objective):
+                best = (s, cand)
+        if best is None:
+            stalled.iterations = spent
+            return stalled
+        s, out = best
+        out.iterations = spent
+        _add_note(out, f"cold start stalled at q = {q:.3g} (residual {stalled.residual:.1e}); converged from a start "
+                       f"at {s:g}x its q and Sigma (the lowest objective of the scaled starts {NOISE_SCALES})")
+        return out
 
     def _noise_solver(self) -> StateEvolution:
         """The solver of the T = 2 points with noise-dominated labels: the QMC rule NOISE_QMC with the Stein forms
