@@ -6,6 +6,7 @@ MP kappa0 = 0.2, Delta = 2, T = 2, alpha = 0.5: the SE's small-norm fixed point 
 ~1e-2) and the point was reported unconverged, while the only fixed point lies at q ~ 145 (lambda = 1e-3). A stalled
 large-noise solve is now started again from its end point scaled up (``_scaled_starts``). The ERM agrees that the
 large-norm minimiser is the better one: at d = 60 prox from large-norm starts ends at a lower objective than from 0.
+Where both branches exist (lambda = 3e-3) the one of lower objective (the zero-temperature free energy) is reported.
 """
 
 from __future__ import annotations
@@ -64,6 +65,33 @@ def test_scaled_starts_that_fail_leave_the_stalled_point():
     assert StateEvolution(PAST_FOLD)._scaled_starts(0.5, _Fake([]), nan_point, True) is nan_point  # no start tried
 
 
+def test_a_converged_point_gives_way_to_a_distinct_fixed_point_of_lower_objective():
+    """Where both branches exist (lambda = 3e-3: q = 2.5, objective 0.0698; q = 41, 0.0650) the cold solve's point
+    is kept only if no start at the largest scale converges elsewhere with a lower objective; one largest-scale
+    start is tried; the note names both points."""
+    small = _point(2.49, 1.35, 2.51, True, 0.0698, it=17)
+    large = _point(41.0, 5.0, 40.6, True, 0.0650, it=20)
+    fake = _Fake([large])
+    out = StateEvolution(PAST_FOLD.with_options(lam=3e-3))._scaled_starts(0.5, fake, small, True)
+    assert out is large and out.iterations == 37 and len(fake.starts) == 1
+    np.testing.assert_allclose(fake.starts[0], [NOISE_SCALES[-1] * 2.49, math.sqrt(NOISE_SCALES[-1]) * 1.35,
+                                                NOISE_SCALES[-1] * 2.51])
+    assert "two fixed points" in out.message and "0.0698" in out.message and "q = 2.49" in out.message
+    # a higher objective elsewhere, or the same point found again (q within NOISE_SAME), keeps the cold solve's point
+    for other in (_point(41.0, 5.0, 40.6, True, 0.0710), _point(2.49 * 1.05, 1.36, 2.52, True, 0.0600)):
+        small = _point(2.49, 1.35, 2.51, True, 0.0698, it=17)
+        kept = StateEvolution(PAST_FOLD.with_options(lam=3e-3))._scaled_starts(0.5, _Fake([other]), small, True)
+        assert kept is small and kept.message == "" and kept.iterations == 27
+
+
+def test_no_second_start_at_lambda_zero_for_a_converged_point():
+    """At lambda = 0 a larger start can run off (a runaway is no minimiser): a converged point is returned as is."""
+    base = _point(1.7, 1.0, 1.8, True, 0.05)
+    fake = _Fake([])
+    assert StateEvolution(PAST_FOLD.with_options(lam=0))._scaled_starts(0.5, fake, base, True) is base
+    assert fake.starts == []
+
+
 def test_the_point_past_the_fold_converges_on_the_large_norm_branch():
     """A real solve (~30 s): converged at q ~ 145 with test error 0.882, on the large-noise path (QMC rule, Stein
     forms); the large-norm point fits the labels better than the small branch did before its fold (train error 0.095
@@ -73,6 +101,14 @@ def test_the_point_past_the_fold_converges_on_the_large_norm_branch():
     assert 100 < res.q < 200 and res.test_error == pytest.approx(0.882, abs=0.01)
     assert res.train_error < 0.11
     assert "converged from a start at" in res.message and "Stein forms" in res.message
+
+
+def test_where_both_branches_exist_the_lower_objective_is_reported():
+    """A real solve (~10 s) at lambda = 3e-3: the cold solve converges on the small branch (q = 2.49, objective
+    0.0698) and the start at 100x finds the large one (q = 41.0, test error 0.806, objective 0.0650), reported."""
+    res = StateEvolution(PAST_FOLD.with_options(lam=3e-3)).solve(0.5)
+    assert res.converged and 30 < res.q < 55 and res.test_error == pytest.approx(0.806, abs=0.01)
+    assert "two fixed points" in res.message and res.objective < 0.0698 - 2e-3
 
 
 @pytest.mark.slow

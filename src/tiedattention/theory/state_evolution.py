@@ -73,8 +73,10 @@ ROUGH_MAX_ITER = 80  # per stage; then the floor_factor acceptance decides (each
 # ROUGH_QMC and the Stein forms of the conjugates instead
 NOISE_STEIN = 0.5
 NOISE_QMC = {**ROUGH_QMC, "conjugates": "stein"}
-# ... and where its cold start stalls, starts at these multiples of the stalled point's q and Sigma (_scaled_starts)
+# ... and starts at these multiples of the first solve's q and Sigma (_scaled_starts: all where it stalled, the
+# largest where it converged), of which the lowest objective is reported
 NOISE_SCALES = (10.0, 100.0)
+NOISE_SAME = 1.1  # ... a start ending within this factor of the first point's q found that point again
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
 # a Gauss-Hermite solve with the Stein forms (T = 2 default) that does not converge is started again from the
 # Gauss-Hermite point of the Jacobian forms, whose map is tamer far from the fixed point (docs/theory/
@@ -616,7 +618,7 @@ class StateEvolution:
                     if again.converged:
                         out = again
                         note += f"; cold start stalled, continued from the fixed point at Delta = {lower:g}"
-            if not out.converged and init is None:
+            if init is None or out.converged:
                 out = self._scaled_starts(alpha, noisy, out, zero_test)
             _add_note(out, note)
             return out
@@ -978,34 +980,45 @@ class StateEvolution:
             self._rough = self._qmc_resolver(self.rough_options)
         return self._rough
 
-    def _scaled_starts(self, alpha: float, solver: StateEvolution, stalled: SEResult, zero_test: bool) -> SEResult:
-        """A stalled large-noise solve started again from its end point scaled up (q, Sigma x s, m x sqrt(s), which
-        keeps the correlation m / sqrt(q)) for s in NOISE_SCALES; of the starts that converge the one with the lowest
-        objective (the ERM's minimum: the zero-temperature free energy) is returned, else ``stalled``.
+    def _scaled_starts(self, alpha: float, solver: StateEvolution, base: SEResult, zero_test: bool) -> SEResult:
+        """Large logit noise: solve again from ``base`` scaled up (q, Sigma x s, m x sqrt(s), which keeps the
+        correlation m / sqrt(q)) and return, of ``base`` (if converged) and the starts that converge, the fixed point
+        with the lowest objective: the zero-temperature free energy, so the ERM's minimiser is the lowest one.
 
-        Past a fold of the small-norm branch the only fixed point can lie at a norm ~50x larger, which the cold start
-        does not reach: MP kappa0 = 0.2, Delta = 2, alpha = 0.5 converges at q = 1.9 and 2.5 for lambda = 5e-3 and
-        3e-3, stalls at q ~ 2.7 (residual ~1e-2) for lambda <= 2e-3, and at lambda = 1e-3 converges at q = 145 from a
-        start there (docs/theory/state_evolution.md, "Large logit noise: past the fold")."""
-        if stalled.phase != "regular" or not np.all(np.isfinite(stalled.x)):
-            return stalled
-        q, m, sigma = stalled.x
-        best, spent = None, stalled.iterations
-        for s in NOISE_SCALES:
+        A stalled ``base`` tries every s in NOISE_SCALES; a converged one the largest only, and not at lambda = 0 (a
+        larger start may run off there, and a runaway is no minimiser). A start that ends within NOISE_SAME of
+        ``base``'s q is the same fixed point (``base`` is kept). The small-norm branch can end in a fold (the cold
+        start then stalls at its ghost) or coexist with a large-norm branch of lower objective: MP kappa0 = 0.2,
+        Delta = 2, alpha = 0.5 has the small branch at lambda = 3e-3 (q = 2.5, objective 0.0698) beside the large one
+        (q = 41, 0.0650), only the large one at 1e-3 (q = 145), only one fixed point at 1e-2 (docs/theory/
+        state_evolution.md, "Large logit noise: past the fold"). Every iteration spent is counted."""
+        if base.phase != "regular" or not np.all(np.isfinite(base.x)):
+            return base
+        if base.converged and self.problem.student.lam == 0.0:
+            return base
+        scales = NOISE_SCALES[-1:] if base.converged else NOISE_SCALES
+        q, m, sigma = base.x
+        found, spent = ([(None, base)] if base.converged else []), base.iterations
+        for s in scales:
             try:
                 cand = solver._solve_regular(alpha, np.array([s * q, math.sqrt(s) * m, s * sigma]), zero_test)
             except (ArithmeticError, ValueError):
                 continue
             spent += cand.iterations
-            if cand.converged and cand.phase == "regular" and (best is None or cand.objective < best[1].objective):
-                best = (s, cand)
-        if best is None:
-            stalled.iterations = spent
-            return stalled
-        s, out = best
+            same = base.converged and abs(math.log(cand.q / q)) <= math.log(NOISE_SAME)
+            if cand.converged and cand.phase == "regular" and not same:
+                found.append((s, cand))
+        s, out = min(found, key=lambda f: f[1].objective) if found else (None, base)
         out.iterations = spent
-        _add_note(out, f"cold start stalled at q = {q:.3g} (residual {stalled.residual:.1e}); converged from a start "
-                       f"at {s:g}x its q and Sigma (the lowest objective of the scaled starts {NOISE_SCALES})")
+        if s is None:
+            return out
+        if base.converged:
+            _add_note(out, f"two fixed points: this one (from a start at {s:g}x the cold solve's q and Sigma) has the "
+                           f"lower objective, {out.objective:.5g} against {base.objective:.5g} at q = {q:.3g} (test "
+                           f"error {base.test_error:.5g}), so it is the ERM's")
+        else:
+            _add_note(out, f"cold start stalled at q = {q:.3g} (residual {base.residual:.1e}); converged from a start "
+                           f"at {s:g}x its q and Sigma (the lowest objective of the scaled starts {NOISE_SCALES})")
         return out
 
     def _noise_solver(self) -> StateEvolution:
