@@ -618,7 +618,7 @@ class StateEvolution:
                     if again.converged:
                         out = again
                         note += f"; cold start stalled, continued from the fixed point at Delta = {lower:g}"
-            if init is None or out.converged:
+            if init is None or out.converged:  # (a failed warm start is solved cold by solve_warm)
                 out = self._scaled_starts(alpha, noisy, out, zero_test)
             _add_note(out, note)
             return out
@@ -1005,8 +1005,9 @@ class StateEvolution:
             except (ArithmeticError, ValueError):
                 continue
             spent += cand.iterations
-            same = base.converged and abs(math.log(cand.q / q)) <= math.log(NOISE_SAME)
-            if cand.converged and cand.phase == "regular" and not same:
+            if not (cand.converged and cand.phase == "regular" and cand.q > 0.0):
+                continue
+            if not (base.converged and abs(math.log(cand.q / q)) <= math.log(NOISE_SAME)):  # not base found again
                 found.append((s, cand))
         s, out = min(found, key=lambda f: f[1].objective) if found else (None, base)
         out.iterations = spent
