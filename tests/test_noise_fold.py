@@ -4,9 +4,10 @@ past the fold").
 MP kappa0 = 0.2, Delta = 2, T = 2, alpha = 0.5: the SE's small-norm fixed point exists at lambda = 5e-3 and 3e-3
 (q = 1.9, 2.5) and ends between 3e-3 and 2e-3; below, the cold start stalled near the fold's ghost (q ~ 2.7, residual
 ~1e-2) and the point was reported unconverged, while the only fixed point lies at q ~ 145 (lambda = 1e-3). A stalled
-large-noise solve is now started again from its end point scaled up (``_scaled_starts``). The ERM agrees that the
-large-norm minimiser is the better one: at d = 60 prox from large-norm starts ends at a lower objective than from 0.
-Where both branches exist (lambda = 3e-3) the one of lower objective (the zero-temperature free energy) is reported.
+large-noise solve is now started again from its end point scaled up (``_scaled_starts``; a converged one from 100x).
+The ERM agrees that the large-norm minimiser is the better one: at d = 60 prox from large-norm starts ends at a lower
+objective than from 0. Where both branches exist (lambda = 3e-3) the one of lower objective (the zero-temperature free
+energy) is reported.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _point(q: float, m: float, sigma: float, converged: bool, objective: float, 
 
 
 class _Fake:
-    """A solver whose outcome depends on the start's q: records the starts it was given."""
+    """A solver returning (or raising) the given outcomes in order; records the starts it was given."""
 
     def __init__(self, outcomes):
         self.outcomes, self.starts = outcomes, []
@@ -44,11 +45,11 @@ class _Fake:
 
 def test_scaled_starts_keep_the_correlation_and_return_the_lowest_objective():
     stalled = _point(2.75, 1.4, 2.75, False, 0.069, it=50)
-    high, low = _point(145.0, 8.7, 157.0, True, 0.0548, it=12), _point(140.0, 8.5, 150.0, True, 0.0551, it=30)
-    fake = _Fake([low, high])
+    best, other = _point(145.0, 8.7, 157.0, True, 0.0548, it=12), _point(140.0, 8.5, 150.0, True, 0.0551, it=30)
+    fake = _Fake([other, best])
     se = StateEvolution(PAST_FOLD)
     out = se._scaled_starts(0.5, fake, stalled, True)
-    assert out is high  # the lower objective, whichever start found it
+    assert out is best  # the lower objective, whichever start found it
     for s, x0 in zip(NOISE_SCALES, fake.starts, strict=True):
         np.testing.assert_allclose(x0, [s * 2.75, math.sqrt(s) * 1.4, s * 2.75])
         assert x0[1] / math.sqrt(x0[0]) == pytest.approx(1.4 / math.sqrt(2.75))  # m / sqrt(q) kept
