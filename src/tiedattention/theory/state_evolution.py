@@ -629,8 +629,7 @@ class StateEvolution:
             res = self._jacobian_start(alpha, init, res)
         res.quadrature = self._quadrature
         share = res.errors.get("branch_share", 0.0)
-        if (self.stein_switch is not None and res.phase == "regular" and np.all(np.isfinite(res.x))
-                and share > self.stein_switch):
+        if self.stein_switch is not None and _regular(res) and share > self.stein_switch:
             res = self._stein_resolve(alpha, res)
             if res.quadrature != self._quadrature:  # the Stein point (its solver added its own error estimates)
                 return res
@@ -645,11 +644,11 @@ class StateEvolution:
         # T = 2 past the interpolation peak at small lambda: the Gauss-Hermite point is decided by a few heavy
         # nodes on either side of the basin-switching surface; re-solve it with the QMC rule from there
         rough = self._rough_solver()
-        start = res.x if res.phase == "regular" and np.all(np.isfinite(res.x)) else init
+        start = res.x if _regular(res) else init
         out = rough._solve_regular(alpha, start, zero_test=False)
         out.iterations += res.iterations
         floor = _relative_floor(out, out.errors, "channel_")
-        if out.phase == "regular" and np.all(np.isfinite(out.x)) and not out.residual <= ROUGH_FLOOR_STOP * floor:
+        if _regular(out) and not out.residual <= ROUGH_FLOOR_STOP * floor:
             # the accurate stage ran out of iterations (or was accepted at the looser floor test): Anderson can
             # wander on the jumps of a QMC map; a fresh history from its end point usually stops in a few steps
             # (lambda = 1e-4, alpha = 0.23: accepted at residual 8.5e-4 with test error 0.4023; restarted: 10
@@ -694,7 +693,7 @@ class StateEvolution:
             self._jacobian = self._forms_solver("jacobian", branch_switch=self.branch_switch, fixed_point_errors=False,
                                                 accuracy=None)
         start = self._jacobian._staged(alpha, init, zero_test=False)
-        if start.phase != "regular" or not np.all(np.isfinite(start.x)):
+        if not _regular(start):
             return failed
         again = self._staged(alpha, start.x, zero_test=False)
         again.iterations += failed.iterations + start.iterations
@@ -772,10 +771,9 @@ class StateEvolution:
             self._stein_cold = self._qmc_resolver({**self._channel_options, "conjugates": "stein"})
 
         def near(x) -> bool:  # q within COLD_STEIN_SPAN of the Jacobian forms' point (no runaway)
-            return bool(np.all(np.isfinite(x)) and x[0] > 0
-                        and abs(math.log(x[0] / res.x[0])) <= math.log(COLD_STEIN_SPAN))
+            return bool(np.all(np.isfinite(x))) and _q_within(x[0], res.x[0], COLD_STEIN_SPAN)
 
-        warm_end = warm is not None and warm.phase == "regular" and bool(np.all(np.isfinite(warm.x)))
+        warm_end = warm is not None and _regular(warm)
         if warm_end and not near(warm.x):
             # the Stein map itself runs off here (lambda = 0 above: the cold map from the Jacobian point ran off
             # too, to q ~ 1.2e4 in 334 s), not a warm/cold branch mismatch
@@ -992,7 +990,7 @@ class StateEvolution:
         Delta = 2, alpha = 0.5 has the small branch at lambda = 3e-3 (q = 2.5, objective 0.0698) beside the large one
         (q = 41, 0.0650), only the large one at 1e-3 (q = 145), only one fixed point at 1e-2 (docs/theory/
         state_evolution.md, "Large logit noise: past the fold"). Every iteration spent is counted."""
-        if base.phase != "regular" or not np.all(np.isfinite(base.x)):
+        if not _regular(base):
             return base
         if base.converged and self.problem.student.lam == 0.0:
             return base
@@ -1007,7 +1005,7 @@ class StateEvolution:
             spent += cand.iterations
             if not (cand.converged and cand.phase == "regular" and cand.q > 0.0):
                 continue
-            if not (base.converged and abs(math.log(cand.q / q)) <= math.log(NOISE_SAME)):  # not base found again
+            if not (base.converged and _q_within(cand.q, q, NOISE_SAME)):  # not base found again
                 found.append((s, cand))
         s, out = min(found, key=lambda f: f[1].objective) if found else (None, base)
         out.iterations = spent
@@ -1599,6 +1597,16 @@ def _order_difference(res: SEResult, other: SEResult) -> dict[str, float]:
     for key in ("test_error", "test_error_clean"):
         err[f"fixed_point_{key}"] = abs(getattr(res, key) - getattr(other, key)) + res.errors.get(key, 0.0)
     return err
+
+
+def _regular(res: SEResult) -> bool:
+    """A point of the regular phase with finite (q, m, sigma): one that can start or anchor another solve."""
+    return res.phase == "regular" and bool(np.all(np.isfinite(res.x)))
+
+
+def _q_within(q: float, q_ref: float, factor: float) -> bool:
+    """q is positive and within ``factor`` of ``q_ref`` on a log scale (q_ref > 0)."""
+    return q > 0.0 and abs(math.log(q / q_ref)) <= math.log(factor)
 
 
 def _refuse_runaway(res: SEResult, beta: float) -> None:
