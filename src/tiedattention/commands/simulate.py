@@ -143,6 +143,24 @@ def save_spectra(path: Path, records: list[dict[str, Any]]) -> None:
     atomic_write(path, write)
 
 
+def _warn_large_norm_branch(se_records: dict[Any, dict[str, Any]], solver: str, scaled: bool) -> None:
+    """One warning line where the state evolution of --theory chose a large-norm fixed point (its message says
+    "two fixed points" or that the cold start stalled) and the run does not try scaled starts: the trainers start
+    from S = 0 (prox) or a small random W, and end on the small-norm minimiser there (MP kappa0 = 0.2, Delta = 2,
+    lambda = 1e-3, alpha = 0.5: test error 0.44-0.48 against the SE's 0.882; docs/theory/state_evolution.md, "Large
+    logit noise: past the fold"), so the comparison would be with the other branch."""
+    if scaled:
+        return
+    signs = ("two fixed points", "cold start stalled")
+    hit = sorted({r["alpha"] for r in se_records.values()
+                  if r.get("converged") and any(x in str(r.get("message", "")) for x in signs)})
+    if hit:
+        how = "add --scaled-starts 3" if solver == "prox" else "use --solver prox --scaled-starts 3"
+        typer.echo(f"warning: α = {', '.join(f'{a:.4g}' for a in hit)}: the state evolution's fixed point is a "
+                   f"large-norm branch (its message says why); a run from a small start can end on the small-norm "
+                   f"minimiser instead: {how}", err=True)
+
+
 def _check_writable(path: Path | None, name: str) -> None:
     """Before any training: a file can be created in ``path``'s directory (a read-only or full file system, no
     permission), else ParameterError(name) -- not a traceback after the whole run."""
@@ -175,6 +193,10 @@ def simulate(
     ] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="torch CPU threads")] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="adam: maximum steps")] = None,
+    scaled_starts: Annotated[str | None, typer.Option(
+        "--scaled-starts", help="prox: after the solve from S = 0 also solve from s × Ŝ for each s (e.g. 3 or 3,10) "
+        "and keep the lowest objective (the objective is not convex: at large Δ and small λ S = 0 can miss the "
+        "lower, large-norm minimiser)")] = None,
     theory: Annotated[bool, typer.Option("--theory", help="add the state evolution and the z-score of the "
                                          "simulated test error: d → ∞ for mp:K (also on the 1/d fit), the SE at "
                                          "each d for targets whose spectrum depends on d")] = False,
@@ -238,6 +260,13 @@ def simulate(
             if solver != "adam":
                 raise ParameterError("max-steps", "applies to --solver adam only")
             options["max_steps"] = max_steps
+        if scaled_starts is not None:
+            from ..simulation import check_scaled_starts
+
+            try:
+                options["scaled_starts"] = check_scaled_starts(scaled_starts, solver)
+            except ParameterError as exc:
+                raise ParameterError("scaled-starts", exc.message) from None
 
         _warn_no_minimiser(problem, alphas, dims)
         se_records: dict[tuple[float, int | None], dict[str, Any]] = {}
@@ -251,6 +280,7 @@ def simulate(
                 typer.echo("simulate: interrupted while solving the state evolution of --theory (before any "
                            "training)", err=True)
                 raise typer.Exit(code=130) from None
+            _warn_large_norm_branch(se_records, solver, bool(options.get("scaled_starts")))
 
         def emit(rec: dict[str, Any]) -> dict[str, Any]:
             key = (rec["alpha"], None if limit_theory else rec["d"])
@@ -311,6 +341,7 @@ def simulate(
         typer.echo(f"warning: the state evolution of --theory did not converge at α = "
                    f"{', '.join(f'{a:.4g}' for a in unconverged_se)} (se_converged: false)", err=True)
     if not json and shown:
+        scaled = bool(options.get("scaled_starts"))
         title = label if len(dims) == 1 else f"{label} and the 1/d fit"
         table = Table(title=f"simulation ({solver}, {title}, {seeds} seeds): {problem.task.target} "
                       f"Δ={problem.task.noise} λ={problem.student.lam}",
@@ -318,10 +349,14 @@ def simulate(
                       + ("; d = ∞: intercept a of y = a + b/d over the d above" if len(dims) > 1 else "")
                       + ("; SE: state evolution " + ("(d → ∞)" if limit_theory else "at each d")
                          + ", z = (test − SE)/sem" if theory else "")
-                      + ("; ?: the SE did not converge there" if unconverged_se else ""))
+                      + ("; ?: the SE did not converge there" if unconverged_se else "")
+                      + (f"; scaled: fraction of seeds whose lowest objective came from a start at s × Ŝ, s in "
+                         f"{','.join(f'{v:g}' for v in options['scaled_starts'])}" if scaled else ""))
         cols = ["α", "d", "n", "test", "± sem", "clean", "train", "MSE S", "rank", "conv", "s"]
         if theory:
             cols[5:5] = ["SE", "z"]
+        if scaled:
+            cols.insert(-1, "scaled")
         for col in cols:
             table.add_column(col, justify="right")
         for r in shown:
@@ -335,6 +370,8 @@ def simulate(
                 mark = "" if r.get("se_converged", True) else "?"
                 row[5:5] = ([f"{r['se_test_error']:.4f}{mark}", f"{r['z_test_error']:+.1f}{mark}"]
                             if "se_test_error" in r else ["", ""])
+            if scaled:
+                row.insert(-1, "" if fit else f"{r['from_scaled_start']:.2f}")
             table.add_row(*row)
         print_table(table, min_width=120)
     if interrupted:

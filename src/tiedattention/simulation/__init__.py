@@ -9,7 +9,7 @@ Entry points:
 * :func:`solver_options` -- the keyword options a registered solver takes.
 """
 
-from .api import combined_sem, n_of, simulate_record, solver_options
+from .api import check_scaled_starts, combined_sem, n_of, simulate_record, solver_options
 from .metrics import mse_on_S, rank_fraction, spectra, test_errors
 from .models import resolve_device
 from .sampler import Dataset, rng_for, sample_dataset
@@ -34,4 +34,5 @@ __all__ = [
     "spectra",
     "combined_sem",
     "n_of",
+    "check_scaled_starts",
 ]

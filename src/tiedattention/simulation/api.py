@@ -22,7 +22,40 @@ from .models import resolve_device
 from .sampler import rng_for, sample_dataset
 from .trainers import SOLVERS, check_solver_options, check_train_options, train, unknown_solver
 
-__all__ = ["simulate_record", "n_of", "combined_sem", "solver_options"]
+__all__ = ["simulate_record", "n_of", "combined_sem", "solver_options", "check_scaled_starts"]
+
+#: a scaled start replaces the first solution only if it lowers F by more than this (relative): the same minimiser
+#: reached from two starts differs in the last digits, and counting that as a new one would misreport the start
+START_MARGIN = 1e-9
+
+
+def check_scaled_starts(scaled_starts: Any, solver: str) -> tuple[float, ...]:
+    """The scales s of :func:`simulate_record`'s ``scaled_starts``, validated: a sequence of numbers, one number,
+    or a string "3,10" (the CLI's and a sweep spec's spelling); each finite and > 0; none or solver ``prox`` (the
+    solver that starts from a given S). ParameterError("scaled_starts") otherwise."""
+    if scaled_starts is None:
+        return ()
+    values = scaled_starts
+    if isinstance(values, str):
+        try:
+            values = [float(v) for v in values.split(",") if v.strip()]
+        except ValueError:
+            raise ParameterError("scaled_starts", f"cannot read {scaled_starts!r} (expected numbers a,b,...)") from None
+    elif isinstance(values, (int, float, np.number)) and not isinstance(values, bool):
+        values = [values]
+    try:
+        out = tuple(float(v) for v in values if not isinstance(v, bool))
+        if len(out) != len(values):
+            raise TypeError
+    except (TypeError, ValueError):
+        raise ParameterError("scaled_starts", f"must be numbers (got {scaled_starts!r})") from None
+    for v in out:
+        if not (math.isfinite(v) and v > 0.0):
+            raise ParameterError("scaled_starts", f"each scale must be finite and > 0 (got {v:g})")
+    if out and solver != "prox":
+        raise ParameterError("scaled_starts", f"applies to solver 'prox' only, the solver that starts from a given S "
+                                              f"(got solver {solver!r})")
+    return out
 
 
 def n_of(alpha: float, d: int) -> int:
@@ -105,6 +138,24 @@ def _stats(name: str, values: list[float]) -> dict[str, float]:
     }
 
 
+def _best_of_scaled_starts(problem: Problem, data: Any, first: Any, scales: tuple[float, ...], device: str,
+                           seed: int, options: dict[str, Any]) -> tuple[Any, float, int, float]:
+    """(kept TrainResult, its start scale (0: the first solve), steps and seconds of all starts): the first
+    solution, replaced by the solve from s x first.S_hat (s in ``scales``) of lowest objective among the converged
+    ones that lower F by more than START_MARGIN (relative); a converged start also replaces an unconverged first."""
+    best, start, steps, seconds = first, 0.0, first.steps, first.seconds
+    if not scales or not np.all(np.isfinite(first.S_hat)):
+        return best, start, steps, seconds
+    for scale in scales:
+        cand = train(problem, data, solver="prox", device=device, seed=seed, **{**options, "init": scale * first.S_hat})
+        steps, seconds = steps + cand.steps, seconds + cand.seconds
+        if not (cand.converged and math.isfinite(cand.objective)):
+            continue
+        if not best.converged or cand.objective < best.objective - START_MARGIN * abs(best.objective):
+            best, start = cand, scale
+    return best, start, steps, seconds
+
+
 def simulate_record(
     problem: Problem,
     alpha: float,
@@ -118,6 +169,7 @@ def simulate_record(
     progress: Callable[[dict[str, Any]], None] | None = None,
     threads: int | None = None,
     rank_tol: float = 1e-6,
+    scaled_starts: Any = (),
     **trainer_options: Any,
 ) -> dict[str, Any]:
     """Train ``seeds`` students on independent data sets (seeds seed0 .. seed0+seeds-1) and summarise.
@@ -139,10 +191,20 @@ def simulate_record(
     arguments go to the solver: its own (:func:`solver_options`; e.g. ``lr``, ``tol``, ``max_steps`` for adam,
     ``rtol``, ``max_iter`` for lbfgs and prox) and :func:`~.trainers.train`'s ``dtype``, ``chunk``, ``callback``;
     any other is a ParameterError naming it, before anything is sampled.
+
+    ``scaled_starts`` (solver ``prox`` only; e.g. ``(3,)``): after the solve from S = 0, solve again from s x S_hat
+    for each s, and keep the converged solution of lowest objective (a start must lower F by more than
+    START_MARGIN, relative, to replace it). The objective is not convex in S, and at large logit noise and small
+    lambda the run from S = 0 can end on a small-norm minimiser while a large-norm one is lower -- the branch the
+    state evolution reports (docs/user-guide/simulation.md, "Scaled starts"). The record then also carries
+    ``scaled_starts`` (the scales), ``start_scale`` (per seed, the scale whose solution was kept, 0 for the first
+    solve's) and ``from_scaled_start`` (the fraction of seeds kept from a scaled start); ``steps`` and ``seconds``
+    per seed count every start.
     """
     validate_problem(problem)
     alpha = validate_alpha(alpha)
     _validate(d, seeds, solver, n_test, seed0, threads, rank_tol)
+    scales = check_scaled_starts(scaled_starts, solver)
     return_spectra = validate_flag("return_spectra", return_spectra)
     _validate_trainer_options(solver, trainer_options)
     # the values: the solver's (adam lr=-1 was torch's error), train()'s and progress (was a TypeError after a seed)
@@ -165,14 +227,17 @@ def simulate_record(
             S0 = problem.task.target.sample(d, rng_for(s, "target"))
             data = sample_dataset(problem, n, d, s, S0=S0)
             res = train(problem, data, solver=solver, device=str(dev), seed=s, **trainer_options)
+            res, start, steps, seconds = _best_of_scaled_starts(problem, data, res, scales, str(dev), s,
+                                                                trainer_options)
             del data
             row: dict[str, Any] = {
                 "train_error": res.train_error,
                 "objective": res.objective,
                 "penalty": res.penalty,
-                "steps": res.steps,
+                "steps": steps,
                 "converged": res.converged,
-                "seconds": res.seconds,
+                "seconds": seconds,
+                "start_scale": start,
             }
             if np.all(np.isfinite(res.S_hat)):
                 row.update(test_errors(problem, res.S_hat, S0, s, n_test))
@@ -218,6 +283,10 @@ def simulate_record(
     rec["seconds_per_seed_mean"] = sec["seconds_per_seed_mean"]
     rec["seconds_per_seed_std"] = sec["seconds_per_seed_std"]
     conv = [bool(r["converged"]) for r in rows]
+    if scales:
+        rec["scaled_starts"] = list(scales)
+        rec["start_scale"] = [r["start_scale"] for r in rows]
+        rec["from_scaled_start"] = float(np.mean([r["start_scale"] > 0.0 for r in rows]))
     rec["converged"] = float(np.mean(conv))
     rec["converged_all"] = all(conv)
     rec["seconds"] = time.perf_counter() - t_start

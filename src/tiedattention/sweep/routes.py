@@ -115,7 +115,7 @@ def get_route(name: str) -> RouteFn:
 #: the leading parameters of every solver that the trainer fills in (not [run] settings)
 _SOLVER_FIXED = ("seed", "callback")
 #: simulate_record's own settings that a spec may set (the others are filled in by the route or are not data)
-_RECORD_SETTINGS = ("seed0", "n_test", "threads", "rank_tol")
+_RECORD_SETTINGS = ("seed0", "n_test", "threads", "rank_tol", "scaled_starts")
 #: train's settings that a spec may set
 _TRAIN_SETTINGS = ("chunk",)
 
@@ -137,9 +137,9 @@ def solver_settings(fn: Callable[..., Any]) -> set[str] | None:
 
 
 def _check_record_settings(solver: str, settings: Mapping[str, Any]) -> None:
-    """The values of simulate_record's own [run] settings (n_test, seed0, threads, rank_tol), by the checks
-    simulate_record makes: ParameterError naming the setting, before any cell runs."""
-    from ..simulation.api import _validate
+    """The values of simulate_record's own [run] settings (n_test, seed0, threads, rank_tol, scaled_starts), by
+    the checks simulate_record makes: ParameterError naming the setting, before any cell runs."""
+    from ..simulation.api import _validate, check_scaled_starts
 
     for k in ("threads", "rank_tol"):
         v = settings.get(k)
@@ -148,6 +148,7 @@ def _check_record_settings(solver: str, settings: Mapping[str, Any]) -> None:
     try:
         _validate(2, 1, solver, settings.get("n_test", 2), settings.get("seed0", 0), settings.get("threads"),
                   settings.get("rank_tol", 1e-6))
+        check_scaled_starts(settings.get("scaled_starts"), solver)
     except ParameterError as exc:
         raise ParameterError(exc.param, f"{exc.message} in [run]") from None
 
