@@ -35,7 +35,8 @@ def test_scales_are_read_from_every_spelling(value, expected):
 
 
 @pytest.mark.parametrize("value, solver, fragment", [
-    ("x", "prox", "cannot read"), ("3,,y", "prox", "cannot read"), (0, "prox", "> 0"), (-3, "prox", "> 0"),
+    ("x", "prox", "cannot read"), ("3,,y", "prox", "cannot read"), ("", "prox", "at least one"),
+    (" , ", "prox", "at least one"), (0, "prox", "> 0"), (-3, "prox", "> 0"),
     (float("nan"), "prox", "> 0"), (float("inf"), "prox", "> 0"), ("3,0", "prox", "> 0"), (True, "prox", "numbers"),
     (["a"], "prox", "numbers"), ({"s": 3}, "prox", "numbers"), (3, "adam", "solver 'prox' only"),
     ("3", "lbfgs", "solver 'prox' only"),

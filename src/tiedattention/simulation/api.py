@@ -41,6 +41,8 @@ def check_scaled_starts(scaled_starts: Any, solver: str) -> tuple[float, ...]:
             values = [float(v) for v in values.split(",") if v.strip()]
         except ValueError:
             raise ParameterError("scaled_starts", f"cannot read {scaled_starts!r} (expected numbers a,b,...)") from None
+        if not values:
+            raise ParameterError("scaled_starts", f"needs at least one number (got {scaled_starts!r})")
     elif isinstance(values, (int, float, np.number)) and not isinstance(values, bool):
         values = [values]
     try:
