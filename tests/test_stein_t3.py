@@ -243,3 +243,43 @@ def test_t4_output_noise_point_converges_through_the_cold_map():
     assert res.residual <= 0.1 * floor
     assert res.test_error == pytest.approx(3.051, rel=2 * floor) and res.q == pytest.approx(94.3, rel=3 * floor)
     assert res.errors["branch_share"] > 0.1  # far from replica symmetry: the theory command's note applies
+
+
+class _Ch:
+    """A channel call of the fakes below: conjugates 1, quadrature error 1e-3 relative, no branch switching."""
+
+    q_hat = m_hat = sigma_hat = 1.0
+    branch_share = 0.0
+    error_estimate = {"q_hat": 1e-3, "m_hat": 1e-3, "sigma_hat": 1e-3}
+
+
+@pytest.mark.parametrize("warm_resid, warm_converged, cold_gap, hybr_expected", [
+    (1e-11, True, 5e-3, False),  # converged warm, the cold map 5e-3 away: the mismatch, not the iteration
+    (4e-5, False, 5e-3, False),  # stalled far below the cold gap: the same
+    (4e-3, False, 5e-3, True),   # stalled at about the cold gap: the iteration failed, hybr may help
+])
+def test_hybr_is_not_tried_on_a_warm_cold_mismatch(monkeypatch, warm_resid, warm_converged, cold_gap, hybr_expected):
+    """A T = 3 QMC point whose warm iteration failed only the cold check: the hybr fallback iterates the same warm map
+    and its root fails the same check (measured: ~86 and ~60 wasted evaluations, 70 s, T = 3, MP 0.2, Delta = 2,
+    lambda = 1e-3, alpha = 0.1). It is skipped where the cold residual exceeds WARM_GAP x the warm residual."""
+    from tiedattention.theory import state_evolution as sem
+
+    se = StateEvolution(Problem.from_options(tokens=3), channel_options=RULE)
+    assert se.warm_start and se.root_fallback and se._qmc and se.branch_switch is None
+    y0 = se._to_y(np.array([1.0, 0.5, 1.0]))
+
+    def iterate(alpha, y, tol, prior=None, max_iter=None, stall=None):
+        return {"y": y0, "converged": warm_converged, "it": 3, "resid": warm_resid, "best_y": y0,
+                "best_resid": warm_resid, "last_good": (y0, y0), "message": "" if warm_converged else "stalled",
+                "pairs": (np.zeros((3, 0)), np.zeros((3, 0))), "final": None}
+
+    hybr_calls = []
+    monkeypatch.setattr(se, "_iterate", iterate)
+    monkeypatch.setattr(se, "_map", lambda alpha, x, final=False: (se._to_x(y0 + cold_gap), _Ch(), None))
+    monkeypatch.setattr(se, "_hybr", lambda alpha, y: hybr_calls.append(y) or {"y": y, "resid": 1.0,
+                                                                              "converged": False, "nfev": 7})
+    monkeypatch.setattr(se, "_observables", lambda alpha, x, ch, ms, converged, it, resid, message: (converged, it))
+    converged, it = se._solve_regular_staged(0.1, np.array([1.0, 0.5, 1.0]), zero_test=False)
+    assert not converged  # cold gap 5e-3 > the floor acceptance (1e-3 relative error): no point either way
+    assert bool(hybr_calls) is hybr_expected and sem.WARM_GAP == 10.0
+    assert len(hybr_calls) == (2 if hybr_expected else 0)
