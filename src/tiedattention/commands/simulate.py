@@ -267,6 +267,7 @@ def simulate(
                 options["scaled_starts"] = check_scaled_starts(scaled_starts, solver)
             except ParameterError as exc:
                 raise ParameterError("scaled-starts", exc.message) from None
+        scaled = bool(options.get("scaled_starts"))
 
         _warn_no_minimiser(problem, alphas, dims)
         se_records: dict[tuple[float, int | None], dict[str, Any]] = {}
@@ -280,7 +281,7 @@ def simulate(
                 typer.echo("simulate: interrupted while solving the state evolution of --theory (before any "
                            "training)", err=True)
                 raise typer.Exit(code=130) from None
-            _warn_large_norm_branch(se_records, solver, bool(options.get("scaled_starts")))
+            _warn_large_norm_branch(se_records, solver, scaled)
 
         def emit(rec: dict[str, Any]) -> dict[str, Any]:
             key = (rec["alpha"], None if limit_theory else rec["d"])
@@ -341,7 +342,6 @@ def simulate(
         typer.echo(f"warning: the state evolution of --theory did not converge at α = "
                    f"{', '.join(f'{a:.4g}' for a in unconverged_se)} (se_converged: false)", err=True)
     if not json and shown:
-        scaled = bool(options.get("scaled_starts"))
         title = label if len(dims) == 1 else f"{label} and the 1/d fit"
         table = Table(title=f"simulation ({solver}, {title}, {seeds} seeds): {problem.task.target} "
                       f"Δ={problem.task.noise} λ={problem.student.lam}",

@@ -1126,7 +1126,7 @@ class StateEvolution:
         if self.warm_start and np.all(np.isfinite(fx)) and fx[0] > 0 and fx[2] > 0:
             # the iterations used warm-started proxes; report the residual of the cold map at the result
             cold = float(np.max(np.abs(self._to_y(fx) - y)))
-            warm_gap = cold > WARM_GAP * max(st["resid"] if st["converged"] else st["best_resid"], self.tol)
+            warm_gap = cold > WARM_GAP * max(resid, self.tol)  # resid: the warm iteration's (final or best)
             if cold > resid:
                 resid = cold
                 if converged and cold > self.tol:
