@@ -151,13 +151,16 @@ def test_the_cli_option_gives_the_fields_and_the_column():
 
 def test_theory_warns_where_the_se_reports_the_large_norm_branch(capsys):
     """The SE messages of the two cases (state_evolution._scaled_starts) trigger the warning, once, with the alphas;
-    an ordinary message, an unconverged point or a run with scaled starts do not."""
+    an ordinary message, an unconverged point, the Delta-continuation's "cold start stalled, continued ..." (it
+    matched the first version's "cold start stalled") or a run with scaled starts do not."""
     from tiedattention.commands.simulate import _warn_large_norm_branch
 
     recs = {(0.5, None): {"alpha": 0.5, "converged": True, "message": "...; two fixed points: this one ..."},
             (0.3, None): {"alpha": 0.3, "converged": True, "message": "cold start stalled at q = 2.7 ..."},
             (0.1, None): {"alpha": 0.1, "converged": True, "message": "converged"},
-            (0.7, None): {"alpha": 0.7, "converged": False, "message": "two fixed points"}}
+            (0.7, None): {"alpha": 0.7, "converged": False, "message": "two fixed points: this one ..."},
+            (0.9, None): {"alpha": 0.9, "converged": True, "message": "...; cold start stalled, continued from the "
+                                                                       "fixed point at Delta = 1e+05"}}
     _warn_large_norm_branch(recs, "adam", False)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("warning: α = 0.3, 0.5: ")

@@ -77,6 +77,10 @@ NOISE_QMC = {**ROUGH_QMC, "conjugates": "stein"}
 # largest where it converged), of which the lowest objective is reported
 NOISE_SCALES = (10.0, 100.0)
 NOISE_SAME = 1.1  # ... a start ending within this factor of the first point's q found that point again
+# the notes that open _scaled_starts' message where it reports a point other than the cold solve's (the large-norm
+# branch: simulate --theory warns on them, as a trainer from a small start can end on the other minimiser)
+NOTE_TWO_POINTS = "two fixed points: "
+NOTE_STALLED_START = "cold start stalled at q = "
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
 # a Gauss-Hermite solve with the Stein forms (T = 2 default) that does not converge is started again from the
 # Gauss-Hermite point of the Jacobian forms, whose map is tamer far from the fixed point (docs/theory/
@@ -1015,11 +1019,11 @@ class StateEvolution:
         if s is None:
             return out
         if base.converged:
-            _add_note(out, f"two fixed points: this one (from a start at {s:g}x the cold solve's q and Sigma) has the "
+            _add_note(out, f"{NOTE_TWO_POINTS}this one (from a start at {s:g}x the cold solve's q and Sigma) has the "
                            f"lower objective, {out.objective:.5g} against {base.objective:.5g} at q = {q:.3g} (test "
                            f"error {base.test_error:.5g}), so it is the ERM's")
         else:
-            _add_note(out, f"cold start stalled at q = {q:.3g} (residual {base.residual:.1e}); converged from a start "
+            _add_note(out, f"{NOTE_STALLED_START}{q:.3g} (residual {base.residual:.1e}); converged from a start "
                            f"at {s:g}x its q and Sigma (the lowest objective of the scaled starts {NOISE_SCALES})")
         return out
 
