@@ -1153,7 +1153,7 @@ class StateEvolution:
             # dogleg root finder on F(y) - y gets there from the stalled or the starting point. Not tried at a rough
             # point (re-solved with QMC instead) nor where the warm iteration found its fixed point and only the cold
             # map disagrees (warm_gap): hybr iterates the same warm map, so its root fails the same cold check (T = 3,
-            # MP kappa0 = 0.2, Delta = 2, lambda = 1e-3, alpha = 0.1: 2 x ~45 evaluations, 70 s, for nothing)
+            # MP kappa0 = 0.2, Delta = 2, lambda = 1e-3, alpha = 0.1: 87 + 107 evaluations of 290, for nothing)
             for y0 in (st["best_y"], y_start):
                 sol = self._hybr(alpha, y0)
                 it += sol["nfev"]
