@@ -48,8 +48,9 @@ N_TEST = int(os.environ.get("TIEDATTENTION_AGREEMENT_NTEST", "40000"))
 # Where the replica-symmetric SE is not the ERM's theory: the ERM landscape is glassy (docs/theory/state_evolution.md,
 # "Several minima at small lambda"): a strict expected failure.
 RS_BROKEN = {
-    (1e-4, 0.25): "RS broken past the interpolation peak: the channel's prox has two minima at ~1 % of the "
-                  "sequences (divergent replicon) and the d = 100 ERM has 6-14 distinct local minima in 6-15 starts "
+    (1e-4, 0.25): "RS broken past the interpolation peak: the channel's prox has several local minima at 3.44 % "
+                  "of the sequences at the SE point (rs_switching; ~1 % at the earlier Jacobian-form points), a "
+                  "divergent replicon, and the d = 100 ERM has 6-14 distinct local minima in 6-15 starts "
                   "(docs/theory/state_evolution.md, 'Several minima at small lambda'); the SE (0.3815 with the Stein "
                   "forms, objective 0.00125) sits above the ERM's intercept 0.3543 +- 0.0073 and below its objectives "
                   "(section 'The conjugates: Stein forms')",
