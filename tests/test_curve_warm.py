@@ -4,6 +4,7 @@ hands to the next solve (docs/theory/state_evolution.md, "Warm starts along a cu
 import contextlib
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -128,3 +129,57 @@ def test_qmc_solves_neither_carry_nor_take_pairs():
     with _priors() as seen:  # a Gauss-Hermite result's pairs offered to a QMC solve are not taken
         qmc._solve_regular(0.012, sem._warm_start(r.x, gh._secant_pairs), zero_test=False)
     assert seen and seen[0] is None
+
+
+def _fake_regular(se, monkeypatch, warm_ok, cold_ok):
+    """``_solve_regular`` replaced: a converged copy of a real point, or an unconverged one, by start (warm or cold);
+    the warm solve also issues a RuntimeWarning. Returns the list of starts seen."""
+    real = se.solve(0.5)
+    seen = []
+
+    def fake(alpha, init):
+        warm = init is not None
+        seen.append("warm" if warm else "cold")
+        if warm:
+            warnings.warn("a warm-solve remark", RuntimeWarning, stacklevel=2)
+        ok = warm_ok if warm else cold_ok
+        return dataclasses.replace(real, converged=ok, residual=real.residual if ok else (1e-2 if warm else 2e-2),
+                                   message="" if ok else f"stalled at residual {'1.00e-02' if warm else '2.00e-02'}")
+
+    monkeypatch.setattr(se, "_solve_regular", fake)
+    return seen
+
+
+@pytest.mark.parametrize("warm_ok, cold_ok, starts, kept, convergence", [
+    (False, True, ["warm", "cold"], "cold", []),  # the cold solve replaces the warm one: no "did not converge"
+    (False, False, ["warm", "cold"], "warm", ["1.00e-02"]),  # both fail: the warm one is returned, and its warning
+    (True, True, ["warm"], "warm", []),  # a warm point that converges: no cold solve
+])
+def test_solve_warm_warns_only_about_the_returned_solve(warm_ok, cold_ok, starts, kept, convergence, monkeypatch):
+    se = StateEvolution(Problem.from_options())
+    seen = _fake_regular(se, monkeypatch, warm_ok, cold_ok)
+    init = np.array([1.0, 0.5, 5.0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = se.solve_warm(0.5, init)
+    assert seen == starts
+    assert res.converged == (warm_ok if kept == "warm" else cold_ok)
+    assert res.residual == 1e-2 if kept == "warm" and not warm_ok else res.residual <= se.tol
+    said = [str(w.message) for w in caught if issubclass(w.category, sem.ConvergenceWarning)]
+    assert len(said) == len(convergence) and all(c in s for c, s in zip(convergence, said, strict=True)), said
+    # the warm solve's other warnings are issued whichever solve is kept
+    assert [str(w.message) for w in caught if w.category is RuntimeWarning] == ["a warm-solve remark"]
+
+
+def test_solve_warm_keeps_the_warm_warnings_when_it_raises(monkeypatch):
+    se = StateEvolution(Problem.from_options())
+
+    def fake(alpha, init):
+        warnings.warn("before the failure", RuntimeWarning, stacklevel=2)
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(se, "_solve_regular", fake)
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(ZeroDivisionError):
+        warnings.simplefilter("always")
+        se.solve_warm(0.5, np.array([1.0, 0.5, 5.0]))
+    assert [str(w.message) for w in caught] == ["before the failure"]

@@ -179,7 +179,9 @@ class SEResult:
       = Q0 - 2m + q; ``rank`` = the fraction of non-zero eigenvalues of S_hat.
     * the solve: ``converged``, ``iterations``, ``residual`` (max relative |F(x) - x|), ``seconds``, ``phase``
       ("regular", "zero": S_hat = 0, "interpolating": lambda -> 0+ below the interpolation threshold, where
-      ``sigma`` is inf), ``message`` (why, where not converged), ``errors`` (quadrature error estimates of the
+      ``sigma`` is inf, also the noiseless perfect-recovery point; "failed": no answer, every value nan, with the
+      reason in ``message``: the lambda = 0 refusal without a minimiser, a map that could not be evaluated),
+      ``message`` (why, where not converged), ``errors`` (quadrature error estimates of the
       observables, same units; ``fixed_point_<obs>`` for the fixed point's own) and ``quadrature`` (the rule).
 
     ``repr`` shows the key observables and the solve; the fields, ``to_dict()`` and ``dataclasses.asdict`` have
@@ -1450,18 +1452,37 @@ class StateEvolution:
         Where the map jumps (nonconvex prox, small lambda past the interpolation peak) a warm start can stall
         on the wrong side of a jump that a cold start does not meet (docs/theory/state_evolution.md, "Known
         limitation"). An exception of the warm solve propagates; one of the optional cold solve keeps the warm
-        result.
+        result. Warnings are issued once the answer is chosen, and only the returned solve's ConvergenceWarning (a
+        warm solve that the cold one replaces does not report "did not converge" for a converged point).
         """
-        res = self.solve(alpha, init=init)
-        if init is None or (res.converged and res.residual <= self.tol):
-            return res
-        if res.converged and res.quadrature != self._quadrature:  # a QMC re-solve: at its own noise floor
-            return res
+        if init is None:
+            return self.solve(alpha)
+        # the warm solve's warnings wait until the answer is known: a ConvergenceWarning of a warm solve that the
+        # cold one then replaces said "did not converge" about a point reported converged (theory --noise 0
+        # --lam 1e-5 --alpha 0.5,1,2 printed it at alpha = 1)
         try:
-            cold = self.solve(alpha, init=None)
-        except (ArithmeticError, ValueError):
+            with warnings.catch_warnings(record=True) as warm_caught:
+                warnings.simplefilter("always")
+                res = self.solve(alpha, init=init)
+        except BaseException:
+            _replay(warm_caught)
+            raise
+        if (res.converged and res.residual <= self.tol) or (res.converged and res.quadrature != self._quadrature):
+            _replay(warm_caught)  # (a QMC re-solve is at its own noise floor: no cold solve either)
             return res
-        return cold if cold.converged and (not res.converged or cold.residual < res.residual) else res
+        with warnings.catch_warnings(record=True) as cold_caught:
+            warnings.simplefilter("always")
+            try:
+                cold = self.solve(alpha, init=None)
+            except (ArithmeticError, ValueError):
+                cold = None
+        if cold is not None and cold.converged and (not res.converged or cold.residual < res.residual):
+            _replay(warm_caught, keep_convergence=False)
+            _replay(cold_caught)
+            return cold
+        _replay(warm_caught)
+        _replay(cold_caught, keep_convergence=False)
+        return res
 
     def learning_curve(self, alphas, progress=None) -> list[SEResult]:
         """Solve along a sequence of alphas (a list or array of alpha = n/d^2, or one number: a one-point curve),
@@ -1479,6 +1500,14 @@ class StateEvolution:
             if progress is not None:
                 progress()
         return out
+
+
+def _replay(caught: list[warnings.WarningMessage], keep_convergence: bool = True) -> None:
+    """Issue recorded warnings again, under the caller's filters; a discarded solve's ConvergenceWarning is dropped
+    (``keep_convergence=False``): it speaks of a result that is not returned."""
+    for w in caught:
+        if keep_convergence or not issubclass(w.category, ConvergenceWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 class CurvePath:
@@ -1533,9 +1562,9 @@ def _warn_degenerate(problem: Problem, q0: float, channel_options: dict | None) 
     """A RuntimeWarning, before any work, for problems where one SE point takes minutes (measured at alpha = 0.5,
     the default problem otherwise): a softmax far sharper than the channel quadrature resolves (beta = 12: 54 s at
     order 64, converged; beta = 1000: order 12000 wanted, 64 used, 30 s to build the rules and 1-3 s per map
-    evaluation, > 2 min without converging) and labels that are pure noise (Delta = 1e7: 50 s, 1e8: 77 s, by
-    continuation in Delta, docs/theory/state_evolution.md, "Large logit noise"; the observables hardly change
-    beyond Delta ~ 1e4)."""
+    evaluation, > 2 min without converging) and labels that are pure noise (Delta = 1e7: 50 s, 1e8: 77 s on
+    2026-11-30, by continuation in Delta where a cold start stalls; 1e8 took 36 s from a cold start on 2026-12-01;
+    docs/theory/state_evolution.md, "Large logit noise"; the observables hardly change beyond Delta ~ 1e4)."""
     if _INNER[0]:
         return
     task, sharp = problem.task, max(problem.student.beta, problem.task.beta0)
