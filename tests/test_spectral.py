@@ -93,6 +93,26 @@ def test_full_rank_small_delta_is_linear():
     assert si.rank == pytest.approx(1.0, abs=1e-12)
 
 
+@pytest.mark.parametrize("delta", [3.8898333347018994e-05, 1e-5, 1e-4])
+def test_discrete_measure_at_tiny_delta_has_finite_exact_integrals(delta):
+    """A d = 100 power law at delta far below its eigenvalue gaps: 100 separate bumps whose edges are known only to
+    rounding (u ~ 8.6 at the top). The adaptive rule halved the edge panels until their nodes met the edges (dpsi =
+    -inf, totals -inf at delta = 3.9e-5: the near-perfect-recovery SE, noiseless, lambda = 1e-4, alpha = 2). With eps
+    below the support the integrals are polynomials in (delta, eps): I = m2 + delta^2 - 2 eps m1 + eps^2,
+    dI/deps = -2 (m1 - eps), dI/ddelta = 2 delta, rank 1."""
+    theta = parse_target("powerlaw:1.25").eigenvalues(100)
+    mu = SpectralMeasure(atoms=theta, weights=np.full(100, 0.01))
+    eps = 7.953437640010149e-05
+    assert eps < theta.min() - 0.02
+    si = FreeConvolution(mu, delta).integrals(eps)
+    m1, m2 = mu.moment(1), mu.moment(2)
+    assert np.isfinite(si.error) and si.error < 1e-9
+    assert si.I == pytest.approx(m2 + delta**2 - 2 * eps * m1 + eps**2, rel=0, abs=3e-11)
+    assert si.dI_deps == pytest.approx(-2 * (m1 - eps), rel=0, abs=3e-11)
+    assert si.dI_ddelta == pytest.approx(2 * delta, rel=1e-9)
+    assert si.rank == pytest.approx(1.0, rel=0, abs=1e-11)
+
+
 def test_discrete_measure_against_diagonalisation():
     """A list of 400 eigenvalues: moments against the closed form, support against S0 + delta GOE."""
     rng = np.random.default_rng(1)
