@@ -183,3 +183,21 @@ def test_solve_warm_keeps_the_warm_warnings_when_it_raises(monkeypatch):
         warnings.simplefilter("always")
         se.solve_warm(0.5, np.array([1.0, 0.5, 5.0]))
     assert [str(w.message) for w in caught] == ["before the failure"]
+
+
+def test_solve_warm_keeps_the_warm_warnings_when_the_cold_solve_raises(monkeypatch):
+    se = StateEvolution(Problem.from_options())
+    real = se.solve(0.5)
+
+    def fake(alpha, init):
+        if init is None:
+            raise KeyError("cold boom")  # not an ArithmeticError/ValueError: it propagates
+        warnings.warn("a warm-solve remark", RuntimeWarning, stacklevel=2)
+        return dataclasses.replace(real, converged=False, residual=1e-2, message="stalled at residual 1.00e-02")
+
+    monkeypatch.setattr(se, "_solve_regular", fake)
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(KeyError):
+        warnings.simplefilter("always")
+        se.solve_warm(0.5, np.array([1.0, 0.5, 5.0]))
+    said = [str(w.message) for w in caught]
+    assert said[0] == "a warm-solve remark" and "did not converge" in said[1] and len(said) == 2

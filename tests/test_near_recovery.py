@@ -30,6 +30,8 @@ def test_correlation_rounding_is_the_spectral_error_over_one_minus_rho_squared()
     assert sem._correlation_rounding(y, ch, ms) == pytest.approx(4e-11 / integral / (1 - rho * rho), rel=1e-6)
     # fixed spectral rules carry no error estimate: no rounding allowance
     assert sem._correlation_rounding(y, ch, SimpleNamespace(spectral_error=0.0, q=0.8)) == 0.0
+    # S_hat = 0 (q = 0): nothing to resolve, and no division by zero
+    assert sem._correlation_rounding(y, ch, SimpleNamespace(spectral_error=4e-11, q=0.0)) == 0.0
     # at a moderate correlation it is far below any tolerance
     assert sem._correlation_rounding(np.array([0.0, 1.0, 0.0]), ch, ms) < 1e-10
 

@@ -1478,12 +1478,17 @@ class StateEvolution:
         if (res.converged and res.residual <= self.tol) or (res.converged and res.quadrature != self._quadrature):
             _replay(warm_caught)  # (a QMC re-solve is at its own noise floor: no cold solve either)
             return res
-        with warnings.catch_warnings(record=True) as cold_caught:
-            warnings.simplefilter("always")
-            try:
-                cold = self.solve(alpha, init=None)
-            except (ArithmeticError, ValueError):
-                cold = None
+        try:
+            with warnings.catch_warnings(record=True) as cold_caught:
+                warnings.simplefilter("always")
+                try:
+                    cold = self.solve(alpha, init=None)
+                except (ArithmeticError, ValueError):
+                    cold = None
+        except BaseException:
+            _replay(warm_caught)
+            _replay(cold_caught, keep_convergence=False)
+            raise
         if cold is not None and cold.converged and (not res.converged or cold.residual < res.residual):
             _replay(warm_caught, keep_convergence=False)
             _replay(cold_caught)
@@ -1688,6 +1693,8 @@ def _correlation_rounding(y: np.ndarray, ch, ms) -> float:
     if not err > 0.0 or not ch.m_hat > 0.0:
         return 0.0
     integral = ms.q * (ch.sigma_hat / ch.m_hat) ** 2
+    if not integral > 0.0:  # (S_hat = 0: nothing to resolve)
+        return 0.0
     out = err / integral * math.cosh(float(y[1])) ** 2
     return out if math.isfinite(out) else 0.0
 
