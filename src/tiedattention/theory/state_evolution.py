@@ -1465,36 +1465,32 @@ class StateEvolution:
         """
         if init is None:
             return self.solve(alpha)
-        # the warm solve's warnings wait until the answer is known: a ConvergenceWarning of a warm solve that the
-        # cold one then replaces said "did not converge" about a point reported converged (theory --noise 0
-        # --lam 1e-5 --alpha 0.5,1,2 printed it at alpha = 1)
+        # the solves' warnings wait until the answer is known: a ConvergenceWarning of a warm solve that the cold one
+        # then replaces said "did not converge" about a point reported converged (theory --noise 0 --lam 1e-5
+        # --alpha 0.5,1,2 printed it at alpha = 1)
+        caught: list[warnings.WarningMessage] = []
+        n_warm = None  # how many of ``caught`` the warm solve issued
+        kept_cold = False
         try:
-            with warnings.catch_warnings(record=True) as warm_caught:
+            with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 res = self.solve(alpha, init=init)
-        except BaseException:
-            _replay(warm_caught)
-            raise
-        if (res.converged and res.residual <= self.tol) or (res.converged and res.quadrature != self._quadrature):
-            _replay(warm_caught)  # (a QMC re-solve is at its own noise floor: no cold solve either)
-            return res
-        try:
-            with warnings.catch_warnings(record=True) as cold_caught:
-                warnings.simplefilter("always")
-                try:
-                    cold = self.solve(alpha, init=None)
-                except (ArithmeticError, ValueError):
-                    cold = None
-        except BaseException:
-            _replay(warm_caught)
-            _replay(cold_caught, keep_convergence=False)
-            raise
-        if cold is not None and cold.converged and (not res.converged or cold.residual < res.residual):
-            _replay(warm_caught, keep_convergence=False)
-            _replay(cold_caught)
-            return cold
-        _replay(warm_caught)
-        _replay(cold_caught, keep_convergence=False)
+                n_warm = len(caught)
+                # (a QMC re-solve is at its own noise floor: no cold solve either)
+                if not (res.converged and (res.residual <= self.tol or res.quadrature != self._quadrature)):
+                    try:
+                        cold = self.solve(alpha, init=None)
+                    except (ArithmeticError, ValueError):
+                        cold = None
+                    if cold is not None and cold.converged and (not res.converged or cold.residual < res.residual):
+                        res, kept_cold = cold, True
+        finally:
+            # issued again in order under the caller's filters, but for the ConvergenceWarning of the solve not
+            # returned (the cold one's also where it raised)
+            n_warm = len(caught) if n_warm is None else n_warm
+            for i, w in enumerate(caught):
+                if not (issubclass(w.category, ConvergenceWarning) and (i < n_warm) == kept_cold):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         return res
 
     def learning_curve(self, alphas, progress=None) -> list[SEResult]:
@@ -1513,14 +1509,6 @@ class StateEvolution:
             if progress is not None:
                 progress()
         return out
-
-
-def _replay(caught: list[warnings.WarningMessage], keep_convergence: bool = True) -> None:
-    """Issue recorded warnings again, under the caller's filters; a discarded solve's ConvergenceWarning is dropped
-    (``keep_convergence=False``): it speaks of a result that is not returned."""
-    for w in caught:
-        if keep_convergence or not issubclass(w.category, ConvergenceWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 class CurvePath:
@@ -1689,7 +1677,7 @@ def _correlation_rounding(y: np.ndarray, ch, ms) -> float:
     1 - rho^2 = 7.3e-9 and a spectral error of 3.4e-11 leave atanh(rho) to +-5e-3, and the map's value of it jumped
     by ~1e-3 from call to call while q and Sigma had converged to 1e-11 (403 evaluations, 224 s). Zero for the fixed
     spectral rules (no error estimate; their nodes do not move) and wherever it is not finite."""
-    err = float(getattr(ms, "spectral_error", 0.0) or 0.0)
+    err = ms.spectral_error
     if not err > 0.0 or not ch.m_hat > 0.0:
         return 0.0
     integral = ms.q * (ch.sigma_hat / ch.m_hat) ** 2
