@@ -272,11 +272,11 @@ def test_hybr_is_not_tried_on_a_warm_cold_mismatch(monkeypatch, warm_resid, warm
     def iterate(alpha, y, tol, prior=None, max_iter=None, stall=None):
         return {"y": y0, "converged": warm_converged, "it": 3, "resid": warm_resid, "best_y": y0,
                 "best_resid": warm_resid, "last_good": (y0, y0), "message": "" if warm_converged else "stalled",
-                "pairs": (np.zeros((3, 0)), np.zeros((3, 0))), "final": None}
+                "pairs": (np.zeros((3, 0)), np.zeros((3, 0))), "final": None, "rounding": 0.0}
 
     hybr_calls = []
     monkeypatch.setattr(se, "_iterate", iterate)
-    monkeypatch.setattr(se, "_map", lambda alpha, x, final=False: (se._to_x(y0 + cold_gap), _Ch(), None))
+    monkeypatch.setattr(se, "_map", lambda alpha, x, final=False, cond_var=None: (se._to_x(y0 + cold_gap), _Ch(), None))
     monkeypatch.setattr(se, "_hybr", lambda alpha, y: hybr_calls.append(y) or {"y": y, "resid": 1.0,
                                                                               "converged": False, "nfev": 7})
     monkeypatch.setattr(se, "_observables", lambda alpha, x, ch, ms, converged, it, resid, message: (converged, it))

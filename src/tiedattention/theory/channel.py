@@ -1091,13 +1091,21 @@ class SoftmaxChannel:
             err[k] = float(np.std(v, ddof=1) / math.sqrt(R))
         return val, err
 
-    def _check_qm(self, q: float, m: float, qz: float) -> tuple[float, float, float]:
+    def _check_qm(self, q: float, m: float, qz: float, cond_var: float | None = None) -> tuple[float, float, float]:
+        """(q, m, s) with s = sqrt(q - m^2/Qz), the student's standard deviation given the teacher; ``cond_var``:
+        that variance from the caller, where it knows it better than q and m resolve it (next to perfect recovery
+        q - m^2/Qz cancels to 1 - rho^2 ~ 1e-8 of q: computed from q and m it keeps ~8 digits)."""
         q, m = float(q), float(m)
         if not (math.isfinite(q) and math.isfinite(m)) or q < 0:
             raise ParameterError("q", f"need finite q >= 0 and m (got q={q!r}, m={m!r})")
         cond = q - m * m / qz
         if cond < -1e-10 * max(1.0, q):
             raise ParameterError("m", f"covariance not PSD: m^2 = {m * m!r} > q * Qz = {q * qz!r}")
+        if cond_var is not None:
+            cond_var = float(cond_var)
+            if not math.isfinite(cond_var) or cond_var < 0 or abs(cond_var - cond) > 1e-10 * max(1.0, q):
+                raise ParameterError("cond_var", f"must be q - m^2/Qz = {cond!r} to round-off (got {cond_var!r})")
+            cond = cond_var
         return q, m, math.sqrt(max(cond, 0.0))
 
     def _panels_for(self, s_cond: float) -> tuple[_Panel, ...]:
@@ -1140,7 +1148,7 @@ class SoftmaxChannel:
 
     # ---------------------------------------------------------------------------------------------
     def moments(self, alpha: float, q: float, m: float, sigma: float, warm: dict | None = None,
-                jacobian: bool = False, refresh_pool: bool = True) -> ChannelMoments:
+                jacobian: bool = False, refresh_pool: bool = True, cond_var: float | None = None) -> ChannelMoments:
         """Conjugate order parameters and prox observables at (q, m, sigma). See :class:`ChannelMoments`.
 
         ``sigma = 0`` is the exact limit (h* = z, g = -grad l(z), dg/dz = -H(z)); q = m = 0 (z = 0) is allowed.
@@ -1167,6 +1175,11 @@ class SoftmaxChannel:
         followed, as at T >= 3. About 1.5x cheaper per SE point; meant for iterations whose fixed point a later
         stage refines with refreshed or cold calls (the state evolution's cheaper stages). A call that finds
         no previous branch (the first of a dict) runs the whole pool either way.
+
+        ``cond_var``: q - m^2/Qz, the student logit's variance given the teacher's, where the caller knows it to
+        better relative precision than q and m resolve it (the state evolution next to perfect recovery, from its
+        coordinate atanh rho); it sets the student nodes' spread and the Stein forms' det = Qz cond_var, and must
+        equal q - m^2/Qz to 1e-10 max(1, q). None: computed from q and m (docs/theory/channel.md).
         """
         p = self.params
         alpha, sigma = float(alpha), float(sigma)
@@ -1176,10 +1189,10 @@ class SoftmaxChannel:
         if not math.isfinite(sigma) or sigma < 0:
             raise ParameterError("sigma", f"must be finite and >= 0 (got {sigma!r})")
         qz = p.q_zeta
-        q, m, s_cond = self._check_qm(q, m, qz)
+        q, m, s_cond = self._check_qm(q, m, qz, cond_var)
         T, n = p.tokens, self.n
         kern = self._kern
-        det = qz * q - m * m
+        det = qz * q - m * m if cond_var is None else qz * s_cond * s_cond
         per_panel, max_res, max_it, excess = [], 0.0, 0, 0.0
         for ip, panel in enumerate(self._panels_for(s_cond)):
             N = panel.x.shape[0]

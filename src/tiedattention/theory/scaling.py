@@ -247,9 +247,9 @@ class ScalingLimit(StateEvolution):
         sigma = 2.0 * float(np.sum(f / sp["theta"])) / sigma_hat
         return MatrixSide(q, m, sigma, tau, eps_t, 0.0, s * float(np.sum(f)), 0.0, eps_t)
 
-    def _map(self, alpha: float, x: np.ndarray, final: bool = False):
+    def _map(self, alpha: float, x: np.ndarray, final: bool = False, cond_var: float | None = None):
         q, m, sigma = x
-        ch = (self.channel_final if final else self.channel).moments(alpha, q, m, sigma)
+        ch = (self.channel_final if final else self.channel).moments(alpha, q, m, sigma, cond_var=cond_var)
         ms = self.limit_side(ch.q_hat, ch.m_hat, ch.sigma_hat)
         return np.array([ms.q, ms.m, ms.sigma]), ch, ms
 
@@ -464,11 +464,11 @@ class FastFiniteD(StateEvolution):
         si = SpectralIntegrals(delta, eps, j2, 4.0 * delta * jg, -2.0 * j1, node.rank, 1.0, node.error, 0, eps)
         return _spectral_side(si, m_hat, sigma_hat, delta, eps)
 
-    def _map(self, alpha: float, x: np.ndarray, final: bool = False):
+    def _map(self, alpha: float, x: np.ndarray, final: bool = False, cond_var: float | None = None):
         q, m, sigma = x
         # (the current stage's channel where the base class has stages; the Gauss-Hermite rule otherwise)
         channel = self.channel_final if final else getattr(self, "_stage", (self.channel, None))[0]
-        ch = channel.moments(alpha, q, m, sigma)
+        ch = channel.moments(alpha, q, m, sigma, cond_var=cond_var)
         self.channel_calls += 1
         ms = self.matrix_side(ch.q_hat, ch.m_hat, ch.sigma_hat)
         return np.array([ms.q, ms.m, ms.sigma]), ch, ms

@@ -93,6 +93,10 @@ COLD_STEIN_SPAN = 10.0
 # a warm-started solve whose cold-map residual exceeds this multiple of its own (warm) residual failed on the
 # warm/cold branch mismatch, not on the iteration: the hybr fallback (same warm map) is not tried there
 WARM_GAP = 10.0
+# below this 1 - rho^2 the solver hands the channel q (1 - rho^2) from its coordinate atanh rho (_cond_var): computed
+# from q and m it keeps only ~eps / (1 - rho^2) of its digits, which the Stein forms' det carries (docs/theory/
+# state_evolution.md, "The Stein forms' own rounding")
+COND_VAR_BELOW = 1e-3
 # lambda = 0: a point whose logit scale beta sqrt(q) reaches this is a runaway, not a fixed point. There a typical logit
 # gap is ~1e3 and exp(-gap) underflows, every softmax is one-hot in double precision and the bounded loss no longer
 # sees the scale of S, so the map is scale-invariant and its residual falls to the quadrature floor as q grows
@@ -487,15 +491,16 @@ class StateEvolution:
         return self._quadrature
 
     # -------------------------------------------------------------------------------------------
-    def _map(self, alpha: float, x: np.ndarray, final: bool = False):
+    def _map(self, alpha: float, x: np.ndarray, final: bool = False, cond_var: float | None = None):
         q, m, sigma = x
         if final:  # cold: the documented map, also after warm-started iterations
-            ch = self.channel_final.moments(alpha, q, m, sigma)
+            ch = self.channel_final.moments(alpha, q, m, sigma, cond_var=cond_var)
         else:
             channel, warm = self._stage
             ch = self._seeded(alpha, x, channel, warm)
             if ch is None:
-                ch = channel.moments(alpha, q, m, sigma, warm=warm, refresh_pool=self._refresh_pool)
+                ch = channel.moments(alpha, q, m, sigma, warm=warm, refresh_pool=self._refresh_pool,
+                                     cond_var=cond_var)
         nodes, swarm = (None, None) if final else (self._spectral_nodes, self._spectral_warm)
         ms = matrix_update(self.problem, self.measure, ch.q_hat, ch.m_hat, ch.sigma_hat, fixed_nodes=nodes,
                            warm=swarm)
@@ -554,6 +559,7 @@ class StateEvolution:
                 "drive the logits to infinity); use lambda > 0"))
         else:
             res = self._solve_regular(alpha, init)
+            self._add_rounding_errors(res)
             if lam == 0.0:
                 _refuse_runaway(res, self.problem.student.beta)
         res.seconds = time.perf_counter() - t0
@@ -568,7 +574,7 @@ class StateEvolution:
     def _g(self, alpha: float, y: np.ndarray):
         """Fixed-point map in y coordinates; None where it cannot be evaluated (Shat = 0 exactly, ...)."""
         x = self._to_x(y)
-        fx, ch, ms = self._map(alpha, x)
+        fx, ch, ms = self._map(alpha, x, cond_var=_cond_var(y))
         if not np.all(np.isfinite(fx)) or fx[0] < 0 or fx[2] < 0:
             raise FloatingPointError(f"matrix side returned q={fx[0]:g}, sigma={fx[2]:g}")
         # S_hat = 0 exactly at this iterate (eps above the spectrum): a tiny positive floor keeps the
@@ -632,7 +638,7 @@ class StateEvolution:
             _add_note(out, note)
             return out
         res = self._staged(alpha, init, zero_test)
-        if self._forms_start and res.phase == "regular" and not (res.converged and res.residual <= self.tol):
+        if self._forms_start and res.phase == "regular" and not self._tight(res):
             # (a point accepted at the quadrature floor counts as not converged here: lambda = 0, alpha = 0.156 ran
             # off to q ~ 1.6e7, where the map is nearly scale-invariant, and was accepted at residual 9.8e-4)
             res = self._jacobian_start(alpha, init, res)
@@ -689,6 +695,33 @@ class StateEvolution:
             return res
         finally:  # outside a solve, _map is the plain cold map (amp.py uses it)
             self._stage, self._warm_fine, self._spectral_warm = (self.channel, None), None, None
+
+    def _tight(self, res: SEResult) -> bool:
+        """Converged to ``tol`` (or, in atanh rho alone, to the spectral rounding of the correlation), not merely
+        accepted at a quadrature floor."""
+        return bool(res.converged and (res.residual <= self.tol or "correlation_rounding" in res.errors))
+
+    def _add_rounding_errors(self, res: SEResult) -> None:
+        """A point converged to the spectral rounding of the correlation (``errors["correlation_rounding"]``, the
+        allowance r in atanh rho) is known in atanh rho only to about +-r: add to ``fixed_point_<obs>`` the largest
+        change of q, m, mse and the test errors over y +- r (in atanh rho; two test-error evaluations, no prox). Near
+        perfect recovery with a discrete target this is what limits the digits (d = 100 power law, T = 2, alpha = 2:
+        r = 5e-3, 1 - rho^2 = 7e-9: ~1% of the test error; MP kappa0 = 0.5: r ~1e-6, ~1e-6 of it)."""
+        r = res.errors.get("correlation_rounding")
+        if r is None or res.phase != "regular" or not res.converged or "fixed_point_test_error" not in res.errors:
+            return
+        y = self._to_y(res.x)
+        band: dict[str, float] = {}
+        for sign in (-1.0, 1.0):
+            q, m, _ = self._to_x(y + np.array([0.0, sign * r, 0.0]))
+            vals = {"q": q, "m": m, "mse": self.q0 - 2 * m + q,
+                    "test_error": self.channel_final.test_error(q, m)[0] + self.error_offset,
+                    "test_error_clean": self.channel_final.test_error(q, m, clean=True)[0]}
+            for k, v in vals.items():
+                band[k] = max(band.get(k, 0.0), abs(v - getattr(res, k)))
+        for k, v in band.items():
+            if f"fixed_point_{k}" in res.errors:
+                res.errors[f"fixed_point_{k}"] += v
 
     def _jacobian_start(self, alpha: float, init, failed: SEResult) -> SEResult:
         """The Gauss-Hermite solve with the Stein forms did not converge: it may have run off (lambda = 1e-5,
@@ -1098,7 +1131,8 @@ class StateEvolution:
             # from the cold map's by the warm proxes' branch choice (~1e-9), far below what it resolves
             y_eval, ch, ms = st["final"]
             self._pairs_out = st.get("pairs")
-            return self._observables(alpha, self._to_x(y_eval), ch, ms, True, it0, st["resid"], "")
+            return _with_rounding(self._observables(alpha, self._to_x(y_eval), ch, ms, True, it0, st["resid"], ""),
+                                  st["rounding"])
         # Gauss-Hermite: the last stage iterates the cold map itself (warm-started proxes may follow another
         # branch at a few nonconvex nodes, which moves the map by ~1e-9); QMC: warm, checked cold below
         self._stage = (self.channel, self._warm_fine if self._qmc and not self._cold_accurate else None)
@@ -1114,28 +1148,37 @@ class StateEvolution:
         if converged and self._cold_accurate and st["final"] is not None:
             # QMC re-solve: the accurate stage iterated the cold map; report the point it evaluated last
             y_eval, ch, ms = st["final"]
-            return self._observables(alpha, self._to_x(y_eval), ch, ms, True, it, resid, message)
+            return _with_rounding(self._observables(alpha, self._to_x(y_eval), ch, ms, True, it, resid, message),
+                                  st["rounding"])
         if converged and self.channel_low is not None and st["final"] is not None:
             # Gauss-Hermite: the last stage evaluated the cold map; report the point it was evaluated at
             # (residual <= tol there) with that evaluation, plus the quadrature error estimate of the final rule
             y_eval, ch, ms = st["final"]
             x = self._to_x(y_eval)
             if self._estimate_at_point:
-                ch = self._with_error_estimate(alpha, x, ch)
-            return self._observables(alpha, x, ch, ms, True, it, resid, "")
+                ch = self._with_error_estimate(alpha, x, ch, cond_var=_cond_var(y_eval))
+            return _with_rounding(
+                self._observables(alpha, x, ch, ms, True, it, resid, message if st["rounding"] else ""), st["rounding"])
         if not converged:
             y, resid = st["best_y"], st["best_resid"]
         x = self._to_x(y)
         # observables at the final point, with the quadrature error estimates
-        fx, ch, ms = self._map(alpha, x, final=True)
+        fx, ch, ms = self._map(alpha, x, final=True, cond_var=_cond_var(y))
         warm_gap = False  # the warm map's fixed point is known far better than its distance to the cold map's
         if self.warm_start and np.all(np.isfinite(fx)) and fx[0] > 0 and fx[2] > 0:
             # the iterations used warm-started proxes; report the residual of the cold map at the result
-            cold = float(np.max(np.abs(self._to_y(fx) - y)))
+            f_cold = self._to_y(fx) - y
+            cold = float(np.max(np.abs(f_cold)))
             warm_gap = cold > WARM_GAP * max(resid, self.tol)  # resid: the warm iteration's (final or best)
             if cold > resid:
                 resid = cold
-                if converged and cold > self.tol:
+                # a point accepted at the correlation's rounding passes the cold check by the same rule (T = 3: the
+                # cold map's atanh(rho) was 1.7e-3 off, within an allowance of 0.19)
+                if st["rounding"]:
+                    st["rounding"] = max(st["rounding"], _correlation_rounding(y, ch, ms))
+                resolved = (st["rounding"] and max(abs(f_cold[0]), abs(f_cold[2])) <= self.tol
+                            and abs(f_cold[1]) <= self.tol + st["rounding"])
+                if converged and cold > self.tol and not resolved:
                     converged = False
                     message = f"cold map residual {cold:.1e} > tol at the warm-started fixed point"
         if not converged:
@@ -1162,14 +1205,16 @@ class StateEvolution:
                 if sol["converged"]:
                     y, resid = sol["y"], sol["resid"]
                     x = self._to_x(y)
-                    fx, ch, ms = self._map(alpha, x, final=True)
+                    fx, ch, ms = self._map(alpha, x, final=True, cond_var=_cond_var(y))
                     cold = float(np.max(np.abs(self._to_y(fx) - y))) if fx[0] > 0 and fx[2] > 0 else np.inf
                     resid = max(resid, cold) if self.warm_start else resid
                     if resid <= self.tol:
                         converged = True
                         message = f"converged by the hybr fallback after Anderson ({message})"
                         break
-        return self._observables(alpha, x, ch, ms, converged, it, resid, message)
+        # (accepted at the correlation's rounding only where the accurate stage was and nothing replaced its verdict)
+        rounding = st["rounding"] if converged and message == st["message"] else 0.0
+        return _with_rounding(self._observables(alpha, x, ch, ms, converged, it, resid, message), rounding)
 
     def _rough_point(self, ch) -> bool:
         """Gauss-Hermite, cold map (last stage): does this evaluation's branch share call for the QMC re-solve?
@@ -1177,11 +1222,11 @@ class StateEvolution:
         return (self.branch_switch is not None and self._stage[0] is self.channel and self._stage[1] is None
                 and ch.branch_share > self.branch_switch)
 
-    def _with_error_estimate(self, alpha: float, x: np.ndarray, ch):
+    def _with_error_estimate(self, alpha: float, x: np.ndarray, ch, cond_var: float | None = None):
         """``channel_final.moments(alpha, *x)`` from ``ch = channel.moments(alpha, *x)`` (cold, the same
         Gauss-Hermite panel): the error estimates |order - order_low| from one evaluation of the low rule."""
         warm: dict = {}  # (fresh: the cold evaluation, recorded for the low-order solve's first evaluation)
-        low = self.channel_low.moments(alpha, *x, warm=warm)
+        low = self.channel_low.moments(alpha, *x, warm=warm, cond_var=cond_var)
         self._low_seed = (alpha, np.array(x, float), low, warm, _rule_key(self.channel_low))
         err = {k: abs(getattr(ch, k) - getattr(low, k)) for k in ch.error_estimate}
         stein = {**ch.stein, "m_hat_err": abs(ch.stein["m_hat"] - low.stein["m_hat"]),
@@ -1224,6 +1269,7 @@ class StateEvolution:
         hist_f: list[np.ndarray] = []
         message = ""
         converged = False
+        at_rounding = 0.0  # accepted at the spectral rounding of the correlation (q and Sigma to tol): that rounding
         final = None  # (y, channel moments, matrix side) of the evaluation that met tol
         resid = np.inf
         best_resid = np.inf
@@ -1262,6 +1308,7 @@ class StateEvolution:
                 if resid <= tol:
                     message = ""
                 elif resolved:
+                    at_rounding = rounding
                     message = (f"converged to the spectral rounding of the correlation: residual {resid:.1e} in "
                                f"atanh(rho) <= its rounding {rounding:.1e} (spectral error / (1 - rho^2), "
                                f"1 - rho^2 = {1.0 / math.cosh(y[1]) ** 2:.1e}); q and Sigma to {tol:g}")
@@ -1307,7 +1354,7 @@ class StateEvolution:
             pairs = (np.zeros((3, 0)), np.zeros((3, 0)))
         return {"y": y, "converged": converged, "it": it, "resid": resid, "best_y": best_y,
                 "best_resid": best_resid, "last_good": last_good, "message": message, "pairs": pairs,
-                "final": final}
+                "final": final, "rounding": at_rounding}
 
     def _observables(self, alpha, x, ch, ms, converged, it, resid, message, phase="regular") -> SEResult:
         q, m, sigma = x
@@ -1477,7 +1524,7 @@ class StateEvolution:
                 res = self.solve(alpha, init=init)
                 n_warm = len(caught)
                 # (a QMC re-solve is at its own noise floor: no cold solve either)
-                if not (res.converged and (res.residual <= self.tol or res.quadrature != self._quadrature)):
+                if not (self._tight(res) or (res.converged and res.quadrature != self._quadrature)):
                     try:
                         cold = self.solve(alpha, init=None)
                     except (ArithmeticError, ValueError):
@@ -1667,6 +1714,22 @@ def _refuse_runaway(res: SEResult, beta: float) -> None:
 def _add_note(res: SEResult, note: str) -> None:
     """Append ``note`` to ``res.message`` ("; "-separated), in place."""
     res.message = f"{res.message}; {note}" if res.message else note
+
+
+def _with_rounding(res: SEResult, rounding: float) -> SEResult:
+    """``res``, with ``errors["correlation_rounding"]`` = ``rounding`` where its solve was accepted there (> 0)."""
+    if rounding:
+        res.errors["correlation_rounding"] = rounding
+    return res
+
+
+def _cond_var(y: np.ndarray) -> float | None:
+    """q - m^2/Qz = q (1 - rho^2) = q / cosh^2(atanh rho) at y, to full relative precision also as rho -> 1 (for
+    ``SoftmaxChannel.moments(cond_var=)``); None where 1 - rho^2 >= COND_VAR_BELOW: there q and m resolve it to ~1e-13
+    and the channel computes it from them as before, bit for bit."""
+    t = math.exp(-2.0 * abs(float(y[1])))
+    one_minus_rho2 = 4.0 * t / (1.0 + t) ** 2
+    return math.exp(float(y[0])) * one_minus_rho2 if one_minus_rho2 < COND_VAR_BELOW else None
 
 
 def _correlation_rounding(y: np.ndarray, ch, ms) -> float:
