@@ -82,6 +82,10 @@ NOISE_SAME = 1.1  # ... a start ending within this factor of the first point's q
 NOTE_TWO_POINTS = "two fixed points: "
 NOTE_STALLED_START = "cold start stalled at q = "
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
+# next to perfect recovery (1 - rho^2 < COND_VAR_BELOW) a cold solve drifts in atanh rho by a near-constant step
+# (F(y) ~ y + 0.55 at MP kappa0 = 0.5, Delta = 0, lambda = 1e-4, alpha = 1) with no new best residual for dozens of
+# iterations: the stall rule waits this long there (docs/theory/state_evolution.md, "The Stein forms' own rounding")
+RECOVERY_STALL = 60
 # a Gauss-Hermite solve with the Stein forms (T = 2 default) that does not converge is started again from the
 # Gauss-Hermite point of the Jacobian forms, whose map is tamer far from the fixed point (docs/theory/
 # state_evolution.md, "The conjugates: Stein forms"); that point anchors the restart if its residual is below this
@@ -706,7 +710,7 @@ class StateEvolution:
         allowance r in atanh rho) is known in atanh rho only to about +-r: add to ``fixed_point_<obs>`` the largest
         change of q, m, mse and the test errors over y +- r (in atanh rho; two test-error evaluations, no prox). Near
         perfect recovery with a discrete target this is what limits the digits (d = 100 power law, T = 2, alpha = 2:
-        r = 5e-3, 1 - rho^2 = 7e-9: ~1% of the test error; MP kappa0 = 0.5: r ~1e-6, ~1e-6 of it)."""
+        r = 1.2e-2 at 1 - rho^2 = 7e-9, ~2 % of the test error; MP kappa0 = 0.5, alpha = 2: r = 6e-6)."""
         r = res.errors.get("correlation_rounding")
         if r is None or res.phase != "regular" or not res.converged or "fixed_point_test_error" not in res.errors:
             return
@@ -1161,6 +1165,7 @@ class StateEvolution:
                 self._observables(alpha, x, ch, ms, True, it, resid, message if st["rounding"] else ""), st["rounding"])
         if not converged:
             y, resid = st["best_y"], st["best_resid"]
+        rounding = st["rounding"]  # the allowance in atanh(rho) the accurate stage was accepted at (0: none)
         x = self._to_x(y)
         # observables at the final point, with the quadrature error estimates
         fx, ch, ms = self._map(alpha, x, final=True, cond_var=_cond_var(y))
@@ -1174,10 +1179,10 @@ class StateEvolution:
                 resid = cold
                 # a point accepted at the correlation's rounding passes the cold check by the same rule (T = 3: the
                 # cold map's atanh(rho) was 1.7e-3 off, within an allowance of 0.19)
-                if st["rounding"]:
-                    st["rounding"] = max(st["rounding"], _correlation_rounding(y, ch, ms))
-                resolved = (st["rounding"] and max(abs(f_cold[0]), abs(f_cold[2])) <= self.tol
-                            and abs(f_cold[1]) <= self.tol + st["rounding"])
+                if rounding:
+                    rounding = max(rounding, _correlation_rounding(y, ch, ms))
+                resolved = (rounding and max(abs(f_cold[0]), abs(f_cold[2])) <= self.tol
+                            and abs(f_cold[1]) <= self.tol + rounding)
                 if converged and cold > self.tol and not resolved:
                     converged = False
                     message = f"cold map residual {cold:.1e} > tol at the warm-started fixed point"
@@ -1213,7 +1218,7 @@ class StateEvolution:
                         message = f"converged by the hybr fallback after Anderson ({message})"
                         break
         # (accepted at the correlation's rounding only where the accurate stage was and nothing replaced its verdict)
-        rounding = st["rounding"] if converged and message == st["message"] else 0.0
+        rounding = rounding if converged and message == st["message"] else 0.0
         return _with_rounding(self._observables(alpha, x, ch, ms, converged, it, resid, message), rounding)
 
     def _rough_point(self, ch) -> bool:
@@ -1324,7 +1329,8 @@ class StateEvolution:
             if resid < best_resid:
                 best_resid, best_y, it_best = resid, y.copy(), it
             elif it - it_best >= (stall if stall is not None else
-                                  ROUGH_GH_STALL if self._rough_point(ch) else self.stall):
+                                  ROUGH_GH_STALL if self._rough_point(ch) else
+                                  max(self.stall, RECOVERY_STALL) if _cond_var(y) is not None else self.stall):
                 message = f"stalled at residual {best_resid:.2e}"
                 break
             hist_y.append(y.copy())
