@@ -718,9 +718,7 @@ class StateEvolution:
         band: dict[str, float] = {}
         for sign in (-1.0, 1.0):
             q, m, _ = self._to_x(y + np.array([0.0, sign * r, 0.0]))
-            vals = {"q": q, "m": m, "mse": self.q0 - 2 * m + q,
-                    "test_error": self.channel_final.test_error(q, m)[0] + self.error_offset,
-                    "test_error_clean": self.channel_final.test_error(q, m, clean=True)[0]}
+            vals = {"q": q, "m": m, **self._errors_at(q, m)[0]}
             for k, v in vals.items():
                 band[k] = max(band.get(k, 0.0), abs(v - getattr(res, k)))
         for k, v in band.items():
@@ -1162,7 +1160,7 @@ class StateEvolution:
             if self._estimate_at_point:
                 ch = self._with_error_estimate(alpha, x, ch, cond_var=_cond_var(y_eval))
             return _with_rounding(
-                self._observables(alpha, x, ch, ms, True, it, resid, message if st["rounding"] else ""), st["rounding"])
+                self._observables(alpha, x, ch, ms, True, it, resid, message), st["rounding"])
         if not converged:
             y, resid = st["best_y"], st["best_resid"]
         rounding = st["rounding"]  # the allowance in atanh(rho) the accurate stage was accepted at (0: none)
@@ -1181,10 +1179,8 @@ class StateEvolution:
                 # cold map's atanh(rho) was 1.7e-3 off, within an allowance of 0.19)
                 if rounding:
                     rounding = max(rounding, _correlation_rounding(y, ch, ms))
-                resolved = (rounding and max(abs(f_cold[0]), abs(f_cold[2])) <= self.tol
-                            and abs(f_cold[1]) <= self.tol + rounding)
-                if converged and cold > self.tol and not resolved:
-                    converged = False
+                if converged and cold > self.tol and not (rounding and _within_rounding(f_cold, self.tol, rounding)):
+                    converged, rounding = False, 0.0
                     message = f"cold map residual {cold:.1e} > tol at the warm-started fixed point"
         if not converged:
             # With a nonconvex prox (large Sigma) the global minimiser switches branch across a surface;
@@ -1217,8 +1213,6 @@ class StateEvolution:
                         converged = True
                         message = f"converged by the hybr fallback after Anderson ({message})"
                         break
-        # (accepted at the correlation's rounding only where the accurate stage was and nothing replaced its verdict)
-        rounding = rounding if converged and message == st["message"] else 0.0
         return _with_rounding(self._observables(alpha, x, ch, ms, converged, it, resid, message), rounding)
 
     def _rough_point(self, ch) -> bool:
@@ -1304,7 +1298,7 @@ class StateEvolution:
                 break
             floor = _relative_floor(ch) if self._floor_stop else 0.0
             rounding = _correlation_rounding(y, ch, ms)
-            resolved = max(abs(f[0]), abs(f[2])) <= tol and abs(f[1]) <= tol + rounding
+            resolved = _within_rounding(f, tol, rounding)
             if resid <= tol or resid <= self._floor_stop * floor or resolved:
                 converged = True
                 last_good = (y.copy(), f.copy())
@@ -1362,10 +1356,16 @@ class StateEvolution:
                 "best_resid": best_resid, "last_good": last_good, "message": message, "pairs": pairs,
                 "final": final, "rounding": at_rounding}
 
-    def _observables(self, alpha, x, ch, ms, converged, it, resid, message, phase="regular") -> SEResult:
-        q, m, sigma = x
+    def _errors_at(self, q: float, m: float) -> tuple[dict[str, float], tuple[float, float]]:
+        """mse, test_error and test_error_clean at (q, m), and the two test errors' quadrature errors."""
         te, te_err = self.channel_final.test_error(q, m, clean=False)
         tc, tc_err = self.channel_final.test_error(q, m, clean=True)
+        values = {"mse": self.q0 - 2 * m + q, "test_error": te + self.error_offset, "test_error_clean": tc}
+        return values, (te_err, tc_err)
+
+    def _observables(self, alpha, x, ch, ms, converged, it, resid, message, phase="regular") -> SEResult:
+        q, m, sigma = x
+        at, (te_err, tc_err) = self._errors_at(q, m)
         lam = self.problem.student.lam
         penalty = lam * (q if self.problem.student.model == "direct" else ms.trace)
         train = ch.train_error + self.error_offset
@@ -1380,9 +1380,9 @@ class StateEvolution:
             sigma_hat=ch.sigma_hat,
             delta=ms.delta,
             eps=ms.eps,
-            mse=self.q0 - 2 * m + q,
-            test_error=te + self.error_offset,
-            test_error_clean=tc,
+            mse=at["mse"],
+            test_error=at["test_error"],
+            test_error_clean=at["test_error_clean"],
             train_error=train,
             objective=alpha * train + penalty,
             rank=ms.rank,
@@ -1467,12 +1467,11 @@ class StateEvolution:
         """The SEResult of a lambda -> 0+ point given its overlaps (q, m): zero train error (plus the output noise's
         offset), the test errors from the channel at (q, m); Sigma diverges (inf) and the conjugates vanish unless
         given."""
-        te, te_err = self.channel_final.test_error(q, m, clean=False)
-        tc, tc_err = self.channel_final.test_error(q, m, clean=True)
+        at, (te_err, tc_err) = self._errors_at(q, m)
         return SEResult(
             alpha=alpha, alpha_bar=alpha_bar(alpha, self.problem.task.tokens), q=q, m=m, sigma=sigma, q_hat=conj,
-            m_hat=conj, sigma_hat=conj, delta=delta, eps=eps, mse=self.q0 - 2 * m + q,
-            test_error=te + self.error_offset, test_error_clean=tc, train_error=self.error_offset,
+            m_hat=conj, sigma_hat=conj, delta=delta, eps=eps, mse=at["mse"],
+            test_error=at["test_error"], test_error_clean=at["test_error_clean"], train_error=self.error_offset,
             objective=alpha * self.error_offset, rank=rank, converged=converged, iterations=iterations,
             residual=residual, seconds=0.0, phase="interpolating", message=message,
             errors={"test_error": te_err, "test_error_clean": tc_err},
@@ -1720,6 +1719,11 @@ def _refuse_runaway(res: SEResult, beta: float) -> None:
 def _add_note(res: SEResult, note: str) -> None:
     """Append ``note`` to ``res.message`` ("; "-separated), in place."""
     res.message = f"{res.message}; {note}" if res.message else note
+
+
+def _within_rounding(f: np.ndarray, tol: float, rounding: float) -> bool:
+    """F(y) - y meets tol in log q and log Sigma, and tol plus the correlation's rounding in atanh rho."""
+    return bool(max(abs(f[0]), abs(f[2])) <= tol and abs(f[1]) <= tol + rounding)
 
 
 def _with_rounding(res: SEResult, rounding: float) -> SEResult:
