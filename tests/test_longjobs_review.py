@@ -404,6 +404,24 @@ def test_workers_with_a_scheduler_is_refused_not_ignored(tmp_path, command):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize(("executor", "workers", "param", "fragment"), [
+    ("tcp://127.0.0.1:1", 2, "workers", "--scheduler"),  # the cluster's workers run the cells: 2 would be ignored
+    ("127.0.0.1:8786", None, "scheduler", "tcp://HOST:PORT"),  # no scheme: refused before any connection attempt
+    ("local", 0, "workers", ">= 1"),
+])
+def test_run_sweep_checks_where_cells_run_as_the_commands_do(tmp_path, executor, workers, param, fragment):
+    """run_sweep and the `sweep` / `reproduce` commands share one check (sweep.executors.check_executor): the
+    library refuses what the CLI refuses, before the store exists."""
+    from tiedattention.errors import ParameterError
+    from tiedattention.sweep import parse_spec, run_sweep
+
+    spec = parse_spec('[grid]\nalpha = [0.1]\n[run]\nroutes = ["sleep"]\n')
+    with pytest.raises(ParameterError) as exc:
+        run_sweep(spec, tmp_path / "s", executor=executor, max_workers=workers, progress=False)
+    assert exc.value.param == param and fragment in str(exc.value), str(exc.value)
+    assert not (tmp_path / "s").exists()
+
+
 @pytest.mark.slow  # two CLI drivers with their worker pools: ~8 s on the shared 2-core machine
 def test_two_drivers_on_one_store_at_once_are_safe(tmp_path):
     """Two `sweep` commands on the same spec and store at the same time (the documented 'safe but duplicate work'):

@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
         OUT/store. Figures: see docs/gallery.md."""
         from ..reproduce import FIGURES, figure_module
         from ..reproduce import reproduce as run_figure
+        from ..sweep.executors import check_executor
 
         with cli_errors():
             names = list(FIGURES) if name == "all" else [name]
@@ -43,13 +44,7 @@ def register(app: typer.Typer) -> None:
                 for ext in ("png", "pdf", "parquet"):
                     if (out / f"{n}.{ext}").is_dir():
                         raise ParameterError("out", f"'{out / f'{n}.{ext}'}' is a directory, not a file")
-            if workers is not None and workers < 1:
-                raise ParameterError("workers", f"must be >= 1 (got {workers})")
-            if scheduler is not None and "://" not in scheduler:
-                raise ParameterError("scheduler", f"expected tcp://HOST:PORT (got {scheduler!r})")
-            if scheduler is not None and workers is not None:
-                raise ParameterError("workers", "sets the local processes; with --scheduler the cluster's workers run "
-                                                "the cells (drop --workers)")
+            check_executor(scheduler or "local", workers)
             again = f"tiedattention reproduce {name} --out {shlex.quote(str(out))}" + (" --quick" if quick else "")
             if workers is not None:  # the same command: where and on how many workers the cells run
                 again += f" --workers {workers}"

@@ -50,18 +50,13 @@ def register(app: typer.Typer) -> None:
         Interrupted sweeps (Ctrl-C, kill, a crashed worker) resume with the same command.
         """
         from ..sweep import Store, load_spec, run_sweep
+        from ..sweep.executors import check_executor
         from ..sweep.routes import check_local_device, check_route
 
         with cli_errors():
             sweep_spec = load_spec(spec)
             out = output_dir(out, "out")
-            if workers is not None and workers < 1:
-                raise ParameterError("workers", f"must be >= 1 (got {workers})")
-            if scheduler is not None and "://" not in scheduler:
-                raise ParameterError("scheduler", f"expected tcp://HOST:PORT (got {scheduler!r})")
-            if scheduler is not None and workers is not None:
-                raise ParameterError("workers", "sets the local processes; with --scheduler the cluster's workers run "
-                                                "the cells (drop --workers)")
+            check_executor(scheduler or "local", workers)
             if dry_run:  # (a real run checks the routes in run_sweep, before the store exists)
                 for route in sweep_spec.routes:  # unknown solver or [run] key
                     check_route(route, sweep_spec.settings)

@@ -35,7 +35,7 @@ from .routes import CellError, check_local_device, check_route, run_cell
 from .spec import Cell, SweepSpec, load_spec
 from .store import Store, StoreProblem, store_error
 
-__all__ = ["run_sweep", "SweepSummary", "SweepInterrupted"]
+__all__ = ["run_sweep", "check_executor", "SweepSummary", "SweepInterrupted"]
 
 
 @dataclass
@@ -312,6 +312,21 @@ def _run_dask(
 
 
 # --------------------------------------------------------------------------------------------------
+def check_executor(executor: Any = "local", max_workers: int | None = None) -> None:
+    """The one check of where a sweep's cells run (run_sweep, and the commands before they compute anything):
+    ``max_workers`` (``--workers``) None or >= 1; ``executor`` "local", a ``distributed.Client`` or a scheduler
+    address tcp://HOST:PORT (``--scheduler``), which takes no ``max_workers`` (the cluster's workers run the cells;
+    a number there would be ignored without a word). ParameterError("workers" / "scheduler") otherwise."""
+    if max_workers is not None and max_workers < 1:
+        raise ParameterError("workers", f"must be >= 1 (got {max_workers})")
+    if isinstance(executor, str) and executor != "local":
+        if "://" not in executor:
+            raise ParameterError("scheduler", f"expected tcp://HOST:PORT (got {executor!r})")
+        if max_workers is not None:
+            raise ParameterError("workers", "sets the local processes; with --scheduler the cluster's workers run "
+                                            "the cells (drop --workers)")
+
+
 def run_sweep(
     spec: SweepSpec | str | os.PathLike,
     store: Store | str | os.PathLike,
@@ -330,8 +345,7 @@ def run_sweep(
     t0 = time.perf_counter()
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
-    if max_workers is not None and max_workers < 1:
-        raise ParameterError("workers", f"must be >= 1 (got {max_workers})")
+    check_executor(executor, max_workers)
     for route in spec.routes:  # before the store: a spec that cannot run creates no directory
         check_route(route, spec.settings)
     if "simulate" in spec.routes and isinstance(executor, str) and executor == "local":
