@@ -94,6 +94,17 @@ FORMS_START = 1e-2
 # of the Jacobian forms' point: at lambda = 0 the map is nearly scale-invariant far out, and a cold solve that ran off
 # to q ~ 2e9 was accepted at the quadrature floor (T = 4 with output noise, alpha = 0.05: test error 4.49 against 3.16)
 COLD_STEIN_SPAN = 10.0
+# a cold start that stalls at lambda > 0 is continued from the fixed point at LAM_STEP x lambda (itself solved cold,
+# and by continuation where that stalls too, up to LAM_LEVELS decades up): Sigma grows like 1/lambda at small lambda,
+# and the cold start (Sigma = 1) can wander off to a large-q point where the map stalls (T = 2, spikes, Delta_out =
+# 0.045, lambda = 6.4e-5, alpha = 0.0536: stalled at q = 4e3; the fixed point has q = 0.156, Sigma = 1.3e3;
+# docs/theory/state_evolution.md, "Continuation in λ, and the cold-map re-solve of a QMC point")
+LAM_STEP = 10.0
+LAM_LEVELS = 2
+LAM_FAR = 1e-2  # ... only where it stalled this far from a fixed point (a T = 3 point stalled at 1.5e-3 next to its
+# Jacobian-forms fixed point gained nothing from it, and spent 4x the time)
+# the message of a QMC point whose warm-started fixed point fails the cold map's check (_cold_gap_resolve)
+COLD_GAP = "cold map residual "
 # a warm-started solve whose cold-map residual exceeds this multiple of its own (warm) residual failed on the
 # warm/cold branch mismatch, not on the iteration: the hybr fallback (same warm map) is not tried there
 WARM_GAP = 10.0
@@ -416,6 +427,7 @@ class StateEvolution:
         self._noisy = (not self._qmc and "rule" not in user and "conjugates" not in user
                        and problem.task.noise / 2 >= NOISE_STEIN * self.q0)
         self._noise: StateEvolution | None = None
+        self._lam_levels = LAM_LEVELS  # decades of the continuation in lambda left to this solver (_lam_continuation)
         # T = 2 Gauss-Hermite with the Stein forms by default: a failed cold start is retried from the Jacobian
         # forms' fixed point (_jacobian_start)
         self._forms_start = not self._qmc and self.channel.conjugates == "stein" and "conjugates" not in user
@@ -427,6 +439,7 @@ class StateEvolution:
                              and self.channel.conjugates == "jacobian" and "conjugates" not in user else None)
         self._stein: StateEvolution | None = None
         self._stein_cold: StateEvolution | None = None
+        self._cold_qmc: StateEvolution | None = None  # the cold-map re-solve of a QMC point (_cold_gap_resolve)
         self._orders: dict = {}  # Gauss-Hermite solvers at other orders (fixed-point error, raised order)
         # secant pairs of the last stage of the last solve, and those to seed the next solve's first stage with:
         # a neighbouring order's map has nearly the same Jacobian (a re-solve from the answer then takes ~2 steps)
@@ -563,6 +576,9 @@ class StateEvolution:
                 "drive the logits to infinity); use lambda > 0"))
         else:
             res = self._solve_regular(alpha, init)
+            if (init is None and not res.converged and res.phase == "regular" and res.residual > LAM_FAR
+                    and lam > 0.0 and self._lam_levels):
+                res = self._lam_continuation(alpha, res)
             self._add_rounding_errors(res)
             if lam == 0.0:
                 _refuse_runaway(res, self.problem.student.beta)
@@ -574,6 +590,36 @@ class StateEvolution:
                 stacklevel=2,
             )
         return res
+
+    def _lam_continuation(self, alpha: float, stalled: SEResult) -> SEResult:
+        """A cold start that stalled far from a fixed point (residual > LAM_FAR) at lambda > 0: solve the point at
+        LAM_STEP x lambda (cold, and by continuation itself where that stalls too, up to LAM_LEVELS decades up) and
+        solve again from that fixed point. Returns the new point if it converged (``message`` says so), else
+        ``stalled``; the iterations of every solve are counted. A base point in the zero phase (S_hat = 0 at the
+        larger lambda) is no start."""
+        lam = self.problem.student.lam
+        with _inner_solver(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            above = StateEvolution(self.problem.replace_student(lam=LAM_STEP * lam), d=self.d,
+                                   channel_options=self._channel_options, warm_start=self.warm_start,
+                                   fixed_point_errors=False, accuracy=None, stall=self.stall, **self._solver_args)
+            above._lam_levels = self._lam_levels - 1
+            try:
+                base = above.solve(alpha)
+            except (ArithmeticError, ValueError):
+                base = None
+        spent = stalled.iterations + (base.iterations if base is not None else 0)
+        if base is None or not (base.converged and base.phase == "regular"):
+            stalled.iterations = spent
+            return stalled
+        again = self._solve_regular(alpha, base.x)
+        again.iterations += spent
+        if not again.converged:
+            stalled.iterations = again.iterations
+            return stalled
+        _add_note(again, f"cold start stalled at q = {stalled.q:.3g} (residual {stalled.residual:.1e}); continued "
+                         f"from the fixed point at lambda = {LAM_STEP * lam:.3g}")
+        return again
 
     def _g(self, alpha: float, y: np.ndarray):
         """Fixed-point map in y coordinates; None where it cannot be evaluated (Shat = 0 exactly, ...)."""
@@ -652,6 +698,9 @@ class StateEvolution:
             res = self._stein_resolve(alpha, res)
             if res.quadrature != self._quadrature:  # the Stein point (its solver added its own error estimates)
                 return res
+        if (self._qmc and self._order_checks and not self._cold_accurate and _regular(res) and not res.converged
+                and res.message.startswith(COLD_GAP)):
+            res = self._cold_gap_resolve(alpha, res)
         if self.branch_switch is None or res.phase == "zero" or not share > self.branch_switch:
             if (self._order_checks and not self._qmc and self.fixed_point_errors is not False
                     and self.channel_low is not None):
@@ -797,6 +846,29 @@ class StateEvolution:
             res.iterations += out.iterations
         note = f"Jacobian forms kept although the {why}: the Stein re-solve from it did not converge ({fail})"
         _add_note(res, note)
+        return res
+
+    def _cold_gap_resolve(self, alpha: float, res: SEResult) -> SEResult:
+        """A QMC point whose warm-started iteration converged but whose cold map misses it (``message`` COLD_GAP): the
+        warm proxes kept minima that the cold map's starts improve on (T = 3, MP kappa0 = 1.419, Delta = 1.076,
+        lambda = 9.5e-3, beta = 1.73, beta0 = 2.48, kappa = 2, alpha = 0.797: warm residual 4.7e-14, cold 2.5e-3,
+        branch share 0). Iterate the cold map itself from there, as the T = 2 QMC re-solve does (:meth:`_qmc_resolver`:
+        stopped at a tenth of the rule's own error); a point whose q is more than COLD_STEIN_SPAN away is not
+        accepted. Returns the cold point (``message`` says so) or ``res`` with why not; every iteration is counted."""
+        if self._cold_qmc is None:
+            self._cold_qmc = self._qmc_resolver(self._channel_options)
+        try:
+            out = self._cold_qmc._solve_regular(alpha, res.x, zero_test=False)
+        except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError) as exc:
+            _add_note(res, f"the cold map from it raised {type(exc).__name__}: {exc}")
+            return res
+        out.iterations += res.iterations
+        if out.converged and _regular(out) and _q_within(out.x[0], res.x[0], COLD_STEIN_SPAN):
+            out.quadrature = self._quadrature
+            _add_note(out, f"cold map from the warm-started fixed point ({res.message})")
+            return out
+        res.iterations = out.iterations
+        _add_note(res, f"the cold map from it did not converge ({out.message or 'phase ' + out.phase})")
         return res
 
     def _stein_cold_resolve(self, alpha: float, res: SEResult, warm: SEResult | None,
@@ -1181,7 +1253,7 @@ class StateEvolution:
                     rounding = max(rounding, _correlation_rounding(y, ch, ms))
                 if converged and cold > self.tol and not (rounding and _within_rounding(f_cold, self.tol, rounding)):
                     converged, rounding = False, 0.0
-                    message = f"cold map residual {cold:.1e} > tol at the warm-started fixed point"
+                    message = f"{COLD_GAP}{cold:.1e} > tol at the warm-started fixed point"
         if not converged:
             # With a nonconvex prox (large Sigma) the global minimiser switches branch across a surface;
             # a fixed quadrature rule then makes the map jump by about its own error, and no solver can
