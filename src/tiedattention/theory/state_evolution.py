@@ -576,8 +576,9 @@ class StateEvolution:
                 "drive the logits to infinity); use lambda > 0"))
         else:
             res = self._solve_regular(alpha, init)
+            # (not in subclasses with another matrix side, _order_checks False: the scaling routes fix eps by a rule)
             if (init is None and not res.converged and res.phase == "regular" and res.residual > LAM_FAR
-                    and lam > 0.0 and self._lam_levels):
+                    and lam > 0.0 and self._lam_levels and self._order_checks):
                 res = self._lam_continuation(alpha, res)
             self._add_rounding_errors(res)
             if lam == 0.0:
@@ -612,7 +613,11 @@ class StateEvolution:
         if base is None or not (base.converged and base.phase == "regular"):
             stalled.iterations = spent
             return stalled
-        again = self._solve_regular(alpha, base.x)
+        try:
+            again = self._solve_regular(alpha, base.x)
+        except (ArithmeticError, ValueError):
+            stalled.iterations = spent
+            return stalled
         again.iterations += spent
         if not again.converged:
             stalled.iterations = again.iterations
@@ -700,7 +705,9 @@ class StateEvolution:
                 return res
         if (self._qmc and self._order_checks and not self._cold_accurate and _regular(res) and not res.converged
                 and res.message.startswith(COLD_GAP)):
-            res = self._cold_gap_resolve(alpha, res)
+            out = self._cold_gap_resolve(alpha, res)
+            if out is not res:  # the cold map's point (its solver added its own error estimates)
+                return out
         if self.branch_switch is None or res.phase == "zero" or not share > self.branch_switch:
             if (self._order_checks and not self._qmc and self.fixed_point_errors is not False
                     and self.channel_low is not None):
