@@ -286,3 +286,34 @@ def test_hybr_is_not_tried_on_a_warm_cold_mismatch(monkeypatch, warm_resid, warm
     assert not converged  # cold gap 5e-3 > the floor acceptance (1e-3 relative error): no point either way
     assert bool(hybr_calls) is hybr_expected and sem.WARM_GAP == 10.0
     assert len(hybr_calls) == (2 if hybr_expected else 0)
+
+
+def test_a_hybr_root_the_cold_map_misses_says_so(monkeypatch):
+    """The hybr fallback (a stalled warm iteration) finds the warm map's root, but the cold map misses it by 5e-3: the
+    point reported is hybr's root, and its message is the cold-gap one (COLD_GAP), so that a QMC point is re-solved on
+    the cold map from it (_cold_gap_resolve). Before, it kept Anderson's "stalled at residual 3.9e-01" beside a
+    residual of 1.9e-3 and was not re-solved (T = 3, seq2seq, beta0 = 2.3, lambda = 7.9e-4, alpha = 0.034: now
+    converged, test error 1.00448, the point a warm start from 10 lambda reaches)."""
+    from tiedattention.theory.state_evolution import COLD_GAP
+
+    se = StateEvolution(Problem.from_options(tokens=3), channel_options=RULE)
+    y_stall, y_root = se._to_y(np.array([9.0, 2.0, 500.0])), se._to_y(np.array([1.0, 0.5, 1.0]))
+
+    def iterate(alpha, y, tol, prior=None, max_iter=None, stall=None):
+        return {"y": y_stall, "converged": False, "it": 3, "resid": 0.39, "best_y": y_stall, "best_resid": 0.39,
+                "last_good": (y_stall, y_stall), "message": "stalled at residual 3.90e-01",
+                "pairs": (np.zeros((3, 0)), np.zeros((3, 0))), "final": None, "rounding": 0.0}
+
+    def cold_map(alpha, x, final=False, cond_var=None):  # the cold map: 5e-3 off at hybr's root, far off elsewhere
+        y = se._to_y(x)
+        return se._to_x(y + (5e-3 if np.allclose(y, y_root) else 0.39)), _Ch(), None
+
+    monkeypatch.setattr(se, "_iterate", iterate)
+    monkeypatch.setattr(se, "_map", cold_map)
+    monkeypatch.setattr(se, "_hybr", lambda alpha, y: {"y": y_root, "resid": 1e-12, "converged": True, "nfev": 7})
+    monkeypatch.setattr(se, "_observables", lambda alpha, x, ch, ms, converged, it, resid, message:
+                        (converged, x, resid, message))
+    converged, x, resid, message = se._solve_regular_staged(0.1, np.array([9.0, 2.0, 500.0]), zero_test=False)
+    assert not converged and np.allclose(x, [1.0, 0.5, 1.0]) and resid == pytest.approx(5e-3)
+    assert message.startswith(f"{COLD_GAP}5.0e-03 > tol at the warm-started fixed point (the hybr fallback's root")
+    assert message.endswith("Anderson: stalled at residual 3.90e-01)")
