@@ -12,6 +12,7 @@ solve report the cold gap.
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -34,8 +35,10 @@ def _gap_at_first_solve(monkeypatch, shift=1.0):
         res = REAL_STAGED(self, alpha, init, zero_test)
         seen.append(self)
         if len(seen) == 1:
-            return dataclasses.replace(res, q=shift * res.q, converged=False, residual=2.5e-3,
-                                       message=f"{COLD_GAP}2.5e-03 > tol at the warm-started fixed point")
+            gap = dataclasses.replace(res, q=shift * res.q, converged=False, residual=2.5e-3,
+                                      message=f"{COLD_GAP}2.5e-03 > tol at the warm-started fixed point")
+            gap._cold_gap = 2.5e-3  # what _solve_regular_staged sets beside the message (replace drops it)
+            return gap
         return res
 
     monkeypatch.setattr(StateEvolution, "_staged", fake)
@@ -82,6 +85,38 @@ def test_no_cold_re_solve_for_gauss_hermite_points(monkeypatch):
     res = solver.solve(ALPHA)
     assert solver._cold_qmc is None and "cold map from the warm-started" not in res.message
     assert res.converged and "started again from the Jacobian forms" in res.message
+
+
+def _point(q, converged=True, phase="regular", message=""):
+    return SimpleNamespace(q=q, x=np.array([q, 0.5 * q, 1.0]), converged=converged, phase=phase, message=message)
+
+
+@pytest.mark.parametrize("solved, why", [
+    (_point(2.0), ""),
+    (_point(9.9), ""),  # within COLD_STEIN_SPAN = 10 of q_ref = 1
+    (_point(2.0, converged=False, message="stalled at residual 3.1e-03"), "stalled at residual 3.1e-03"),
+    (_point(2.0, converged=False), "not converged"),
+    (_point(0.0, phase="zero"), "phase zero"),
+    (_point(12.0), "ran off to q = 12 from q = 1.5 (more than 10x the warm-started point's q = 1), not accepted"),
+    (_point(0.09), "ran off to q = 0.09 from q = 1.5"),
+    (_point(float("nan")), "phase regular"),  # not a regular point: no finite (q, m, sigma)
+    (FloatingPointError("matrix side returned q=nan"), "FloatingPointError: matrix side returned q=nan"),
+])
+def test_the_cold_map_solve_accepts_only_a_converged_regular_point_near_the_reference(solved, why):
+    """The one cold-map solve that _cold_gap_resolve and _stein_cold_resolve share (_cold_map_solve): what it accepts
+    ("") and the reason it gives otherwise; a solve that raises is reported (None), never raised."""
+    from tiedattention.theory.state_evolution import _cold_map_solve
+
+    def solve_regular(alpha, x0, zero_test=True):
+        assert alpha == 0.3 and x0[0] == 1.5 and zero_test is False
+        if isinstance(solved, Exception):
+            raise solved
+        return solved
+
+    out, got = _cold_map_solve(SimpleNamespace(_solve_regular=solve_regular), 0.3, np.array([1.5, 0.7, 1.0]), 1.0,
+                               "warm-started point's")
+    assert got.startswith(why) and bool(got) is bool(why)
+    assert out is (None if isinstance(solved, Exception) else solved)
 
 
 @pytest.mark.slow  # 1-2 min: the T = 3 point of the module docstring

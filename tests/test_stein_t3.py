@@ -9,6 +9,8 @@ The default-suite tests use 4 replicas of 2^10 points (each solve ~2 s); the slo
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -281,9 +283,12 @@ def test_hybr_is_not_tried_on_a_warm_cold_mismatch(monkeypatch, warm_resid, warm
     monkeypatch.setattr(se, "_map", lambda alpha, x, final=False, cond_var=None: (se._to_x(y0 + cold_gap), _Ch(), None))
     monkeypatch.setattr(se, "_hybr", lambda alpha, y: hybr_calls.append(y) or {"y": y, "resid": 1.0,
                                                                               "converged": False, "nfev": 7})
-    monkeypatch.setattr(se, "_observables", lambda alpha, x, ch, ms, converged, it, resid, message: (converged, it))
-    converged, it = se._solve_regular_staged(0.1, np.array([1.0, 0.5, 1.0]), zero_test=False)
-    assert not converged  # cold gap 5e-3 > the floor acceptance (1e-3 relative error): no point either way
+    monkeypatch.setattr(se, "_observables", lambda alpha, x, ch, ms, converged, it, resid, message:
+                        SimpleNamespace(converged=converged, it=it))
+    out = se._solve_regular_staged(0.1, np.array([1.0, 0.5, 1.0]), zero_test=False)
+    assert not out.converged  # cold gap 5e-3 > the floor acceptance (1e-3 relative error): no point either way
+    # the converged warm point is marked for the cold re-solve; a stalled one fails on its own residual
+    assert getattr(out, "_cold_gap", None) == (pytest.approx(cold_gap) if warm_converged else None)
     assert bool(hybr_calls) is hybr_expected and sem.WARM_GAP == 10.0
     assert len(hybr_calls) == (2 if hybr_expected else 0)
 
@@ -312,8 +317,9 @@ def test_a_hybr_root_the_cold_map_misses_says_so(monkeypatch):
     monkeypatch.setattr(se, "_map", cold_map)
     monkeypatch.setattr(se, "_hybr", lambda alpha, y: {"y": y_root, "resid": 1e-12, "converged": True, "nfev": 7})
     monkeypatch.setattr(se, "_observables", lambda alpha, x, ch, ms, converged, it, resid, message:
-                        (converged, x, resid, message))
-    converged, x, resid, message = se._solve_regular_staged(0.1, np.array([9.0, 2.0, 500.0]), zero_test=False)
-    assert not converged and np.allclose(x, [1.0, 0.5, 1.0]) and resid == pytest.approx(5e-3)
-    assert message.startswith(f"{COLD_GAP}5.0e-03 > tol at the warm-started fixed point (the hybr fallback's root")
-    assert message.endswith("Anderson: stalled at residual 3.90e-01)")
+                        SimpleNamespace(converged=converged, x=x, resid=resid, message=message))
+    out = se._solve_regular_staged(0.1, np.array([9.0, 2.0, 500.0]), zero_test=False)
+    assert not out.converged and np.allclose(out.x, [1.0, 0.5, 1.0]) and out.resid == pytest.approx(5e-3)
+    assert out.message.startswith(f"{COLD_GAP}5.0e-03 > tol at the warm-started fixed point (the hybr fallback's root")
+    assert out.message.endswith("Anderson: stalled at residual 3.90e-01)")
+    assert out._cold_gap == pytest.approx(5e-3)  # what sends a QMC point to the cold re-solve (not the message)

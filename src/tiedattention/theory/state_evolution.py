@@ -233,6 +233,10 @@ class SEResult:
     # the channel rule of the reported point, e.g. "gh16", "gh24" (order raised), "qmc4x2^14", or "qmc4x2^12+stein"
     # (T >= 3: re-solved with the Stein forms of m_hat, sigma_hat where the prox jumps)
     quadrature: str = ""
+    # not fields (to_dict, repr and == do not see them; dataclasses.replace drops them): the cold map's residual at a
+    # warm-started fixed point that fails its check, set by _solve_regular_staged on an unconverged point (a QMC point
+    # is then re-solved on the cold map, _cold_gap_resolve); the last secant pairs (_staged) are set the same way
+    _cold_gap: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -704,7 +708,7 @@ class StateEvolution:
             if res.quadrature != self._quadrature:  # the Stein point (its solver added its own error estimates)
                 return res
         if (self._qmc and self._order_checks and not self._cold_accurate and _regular(res) and not res.converged
-                and res.message.startswith(COLD_GAP)):
+                and res._cold_gap is not None):
             out = self._cold_gap_resolve(alpha, res)
             if out is not res:  # the cold map's point (its solver added its own error estimates)
                 return out
@@ -830,7 +834,7 @@ class StateEvolution:
                f"{res.test_error:.5f}, residual {res.residual:.1e})")
         try:
             out = self._stein._solve_regular(alpha, res.x, zero_test=False)
-        except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError) as exc:
+        except _SOLVE_ERRORS as exc:
             out, fail = None, f"{type(exc).__name__}: {exc}"
         else:
             fail = (out.message or "not converged") if not out.converged else f"phase {out.phase}"
@@ -856,26 +860,25 @@ class StateEvolution:
         return res
 
     def _cold_gap_resolve(self, alpha: float, res: SEResult) -> SEResult:
-        """A QMC point whose warm-started iteration converged but whose cold map misses it (``message`` COLD_GAP): the
-        warm proxes kept minima that the cold map's starts improve on (T = 3, MP kappa0 = 1.419, Delta = 1.076,
-        lambda = 9.5e-3, beta = 1.73, beta0 = 2.48, kappa = 2, alpha = 0.797: warm residual 4.7e-14, cold 2.5e-3,
-        branch share 0). Iterate the cold map itself from there, as the T = 2 QMC re-solve does (:meth:`_qmc_resolver`:
-        stopped at a tenth of the rule's own error); a point whose q is more than COLD_STEIN_SPAN away is not
-        accepted. Returns the cold point (``message`` says so) or ``res`` with why not; every iteration is counted."""
+        """A QMC point whose warm-started iteration converged but whose cold map misses it (``res._cold_gap``, set by
+        :meth:`_solve_regular_staged`; ``message`` COLD_GAP): the warm proxes kept minima that the cold map's starts
+        improve on (T = 3, MP kappa0 = 1.419, Delta = 1.076, lambda = 9.5e-3, beta = 1.73, beta0 = 2.48, kappa = 2,
+        alpha = 0.797: warm residual 4.7e-14, cold 2.5e-3, branch share 0). Iterate the cold map itself from there, as
+        the T = 2 QMC re-solve does (:func:`_cold_map_solve`). Returns the cold point (``message`` says so) or ``res``
+        with why not; every iteration is counted."""
         if self._cold_qmc is None:
             self._cold_qmc = self._qmc_resolver(self._channel_options)
-        try:
-            out = self._cold_qmc._solve_regular(alpha, res.x, zero_test=False)
-        except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError) as exc:
-            _add_note(res, f"the cold map from it raised {type(exc).__name__}: {exc}")
+        out, why = _cold_map_solve(self._cold_qmc, alpha, res.x, res.q, "warm-started point's")
+        if out is None:
+            _add_note(res, f"the cold map from it raised {why}")
             return res
         out.iterations += res.iterations
-        if out.converged and _regular(out) and _q_within(out.x[0], res.x[0], COLD_STEIN_SPAN):
+        if not why:
             out.quadrature = self._quadrature
             _add_note(out, f"cold map from the warm-started fixed point ({res.message})")
             return out
         res.iterations = out.iterations
-        _add_note(res, f"the cold map from it did not converge ({out.message or 'phase ' + out.phase})")
+        _add_note(res, f"the cold map from it did not converge ({why})")
         return res
 
     def _stein_cold_resolve(self, alpha: float, res: SEResult, warm: SEResult | None,
@@ -883,39 +886,27 @@ class StateEvolution:
         """The warm Stein re-solve of a QMC point failed: where many proxes have two minima, warm-started proxes keep
         the branches they had while the cold map's starts pick others, so the warm fixed point misses the cold map's
         (T = 4, output noise 0.1, Delta = 0.01, beta = 0.3, lambda = 1e-3, alpha = 0.05: branch share 0.2, cold map
-        residual 3.3e-3 at the warm fixed point, > 2 min unconverged). Iterate the cold map itself, as the T = 2 QMC
-        re-solve does (:meth:`_qmc_resolver`: stopped at a tenth of the rule's own error), from the warm Stein end
-        point, then from the Jacobian forms' point; a point whose q is more than COLD_STEIN_SPAN away from the
-        Jacobian forms' is a runaway (lambda = 0) and not accepted, and where the warm re-solve itself ran that far
-        the cold map is not tried. ``warm``: the warm re-solve's result (None where it raised), ``warm_fail`` why it
-        failed. Returns (the converged point with ``quadrature`` and ``iterations`` set, "", 0) or (None, why it
-        failed, the cold solves' iterations)."""
+        residual 3.3e-3 at the warm fixed point, > 2 min unconverged). Iterate the cold map itself
+        (:func:`_cold_map_solve`) from the warm Stein end point, then from the Jacobian forms' point; a point whose q
+        is more than COLD_STEIN_SPAN away from the Jacobian forms' is a runaway (lambda = 0) and not accepted, and
+        where the warm re-solve itself ran that far the cold map is not tried. ``warm``: the warm re-solve's result
+        (None where it raised), ``warm_fail`` why it failed. Returns (the converged point with ``quadrature`` and
+        ``iterations`` set, "", 0) or (None, why it failed, the cold solves' iterations)."""
         if self._stein_cold is None:
             self._stein_cold = self._qmc_resolver({**self._channel_options, "conjugates": "stein"})
-
-        def near(x) -> bool:  # q within COLD_STEIN_SPAN of the Jacobian forms' point (no runaway)
-            return bool(np.all(np.isfinite(x))) and _q_within(x[0], res.x[0], COLD_STEIN_SPAN)
-
         warm_end = warm is not None and _regular(warm)
-        if warm_end and not near(warm.x):
+        if warm_end and not _q_within(warm.q, res.q, COLD_STEIN_SPAN):
             # the Stein map itself runs off here (lambda = 0 above: the cold map from the Jacobian point ran off
             # too, to q ~ 1.2e4 in 334 s), not a warm/cold branch mismatch
             return None, (f"cold map not tried: the warm re-solve ran off to q = {warm.q:.3g} (Jacobian forms' "
                           f"q = {res.q:.3g})"), 0
         iterations, why = 0, "no start"
         for x0 in ([warm.x] if warm_end else []) + [res.x]:
-            try:
-                out = self._stein_cold._solve_regular(alpha, x0, zero_test=False)
-            except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError) as exc:
-                why = f"{type(exc).__name__}: {exc}"
+            out, why = _cold_map_solve(self._stein_cold, alpha, x0, res.q, "Jacobian forms'")
+            if out is None:
                 continue
             iterations += out.iterations
-            if not (out.converged and out.phase == "regular"):
-                why = out.message or "not converged"
-            elif not near(out.x):
-                why = (f"ran off to q = {out.q:.3g} from q = {x0[0]:.3g} (more than {COLD_STEIN_SPAN:g}x the Jacobian "
-                       f"forms' q = {res.q:.3g}), not accepted")
-            else:
+            if not why:
                 out.iterations = iterations + (warm.iterations if warm is not None else 0)
                 out.quadrature = f"{self._stein_cold._quadrature}+stein"
                 _add_note(out, f"cold map (the warm Stein re-solve did not converge: {warm_fail})")
@@ -968,7 +959,7 @@ class StateEvolution:
             solver._prior_in = self._pairs_out
             try:
                 hi = solver._solve_regular(alpha, res.x, zero_test=False)
-            except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError):
+            except _SOLVE_ERRORS:
                 hi = None
             finally:
                 solver._prior_in = None  # never carried into another solve (determinism)
@@ -1011,7 +1002,7 @@ class StateEvolution:
         solver._seed_in, self._low_seed = self._low_seed, None
         try:
             low = solver._solve_regular(alpha, res.x, zero_test=False)
-        except (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError) as exc:
+        except _SOLVE_ERRORS as exc:
             low, why = None, str(exc)
         else:
             why = low.message if not low.converged else f"phase {low.phase}"
@@ -1247,6 +1238,7 @@ class StateEvolution:
         # observables at the final point, with the quadrature error estimates
         fx, ch, ms = self._map(alpha, x, final=True, cond_var=_cond_var(y))
         warm_gap = False  # the warm map's fixed point is known far better than its distance to the cold map's
+        cold_gap = None  # the cold map's residual where the point reported fails its check (message COLD_GAP)
         if self.warm_start and np.all(np.isfinite(fx)) and fx[0] > 0 and fx[2] > 0:
             # the iterations used warm-started proxes; report the residual of the cold map at the result
             f_cold = self._to_y(fx) - y
@@ -1259,7 +1251,7 @@ class StateEvolution:
                 if rounding:
                     rounding = max(rounding, _correlation_rounding(y, ch, ms))
                 if converged and cold > self.tol and not (rounding and _within_rounding(f_cold, self.tol, rounding)):
-                    converged, rounding = False, 0.0
+                    converged, rounding, cold_gap = False, 0.0, cold
                     message = f"{COLD_GAP}{cold:.1e} > tol at the warm-started fixed point"
         if not converged:
             # With a nonconvex prox (large Sigma) the global minimiser switches branch across a surface;
@@ -1270,7 +1262,7 @@ class StateEvolution:
                 for k in ("q_hat", "m_hat", "sigma_hat")
             )
             if np.isfinite(floor) and resid <= min(self.floor_factor * floor, self.max_floor):
-                converged = True
+                converged, cold_gap = True, None
                 message = f"converged to the quadrature accuracy (residual {resid:.1e}, quadrature error {floor:.1e})"
         rough = self.branch_switch is not None and ch.branch_share > self.branch_switch
         if not converged and self.root_fallback and not rough and not warm_gap:
@@ -1284,23 +1276,30 @@ class StateEvolution:
                 sol = self._hybr(alpha, y0)
                 it += sol["nfev"]
                 if sol["converged"]:
-                    y, resid = sol["y"], sol["resid"]
-                    x = self._to_x(y)
-                    fx, ch, ms = self._map(alpha, x, final=True, cond_var=_cond_var(y))
-                    cold = float(np.max(np.abs(self._to_y(fx) - y))) if fx[0] > 0 and fx[2] > 0 else np.inf
-                    resid = max(resid, cold) if self.warm_start else resid
+                    x_root = self._to_x(sol["y"])
+                    fx, ch_root, ms_root = self._map(alpha, x_root, final=True, cond_var=_cond_var(sol["y"]))
+                    cold = float(np.max(np.abs(self._to_y(fx) - sol["y"]))) if fx[0] > 0 and fx[2] > 0 else np.inf
+                    if self.warm_start and not np.isfinite(cold):
+                        continue  # no cold map there to check it against: not a point to report
+                    y, x, ch, ms = sol["y"], x_root, ch_root, ms_root
+                    resid = max(sol["resid"], cold) if self.warm_start else sol["resid"]
+                    cold_gap = None
                     if resid <= self.tol:
                         converged = True
                         message = f"converged by the hybr fallback after Anderson ({anderson})"
                         break
-                    if self.warm_start and np.isfinite(cold):
+                    if self.warm_start:
+                        cold_gap = cold
                         # hybr's root of the warm map, which the cold map misses: the point is the one reported
                         # now, and its message says so (a QMC point is then re-solved on the cold map from it,
                         # _cold_gap_resolve; before, it kept Anderson's "stalled at residual 3.9e-01" beside a
                         # residual of 1.9e-3: T = 3, seq2seq, beta0 = 2.3, lambda = 7.9e-4, alpha = 0.034)
                         message = (f"{COLD_GAP}{cold:.1e} > tol at the warm-started fixed point (the hybr fallback's "
                                    f"root; Anderson: {anderson})")
-        return _with_rounding(self._observables(alpha, x, ch, ms, converged, it, resid, message), rounding)
+        out = _with_rounding(self._observables(alpha, x, ch, ms, converged, it, resid, message), rounding)
+        if cold_gap is not None and not converged:
+            out._cold_gap = cold_gap
+        return out
 
     def _rough_point(self, ch) -> bool:
         """Gauss-Hermite, cold map (last stage): does this evaluation's branch share call for the QMC re-solve?
@@ -1788,6 +1787,32 @@ def _regular(res: SEResult) -> bool:
 def _q_within(q: float, q_ref: float, factor: float) -> bool:
     """q is positive and within ``factor`` of ``q_ref`` on a log scale (q_ref > 0)."""
     return q > 0.0 and abs(math.log(q / q_ref)) <= math.log(factor)
+
+
+# what a solve of the map may raise where it cannot be evaluated (a re-solve that raises is reported, not raised)
+_SOLVE_ERRORS = (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError)
+
+
+def _cold_map_solve(solver: StateEvolution, alpha: float, x0: np.ndarray, q_ref: float,
+                    ref: str) -> tuple[SEResult | None, str]:
+    """One solve of a QMC point on the cold map by ``solver`` (a :meth:`StateEvolution._qmc_resolver`: cold
+    accurate stage, stopped at a tenth of the rule's own error) from ``x0`` = (q, m, sigma), the re-solve that
+    ``_cold_gap_resolve`` and ``_stein_cold_resolve`` share. Accepted where it converged in the regular phase with q
+    within COLD_STEIN_SPAN of ``q_ref`` (further off is a runaway; ``ref`` names the reference point in the reason).
+    Returns (the result, "") where accepted, (the result, why not) where not, (None, "<Error>: <text>") where the
+    solve raised."""
+    try:
+        out = solver._solve_regular(alpha, x0, zero_test=False)
+    except _SOLVE_ERRORS as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    if not out.converged:
+        return out, out.message or "not converged"
+    if not _regular(out):
+        return out, f"phase {out.phase}"
+    if not _q_within(out.q, q_ref, COLD_STEIN_SPAN):
+        return out, (f"ran off to q = {out.q:.3g} from q = {x0[0]:.3g} (more than {COLD_STEIN_SPAN:g}x the {ref} "
+                     f"q = {q_ref:.3g}), not accepted")
+    return out, ""
 
 
 def _refuse_runaway(res: SEResult, beta: float) -> None:
