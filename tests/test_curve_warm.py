@@ -148,6 +148,8 @@ def _fake_regular(se, monkeypatch, warm_ok, cold_ok):
                                    message="" if ok else f"stalled at residual {'1.00e-02' if warm else '5.00e-03'}")
 
     monkeypatch.setattr(se, "_solve_regular", fake)
+    # (a failed cold solve is not solved again from scaled starts here: tests/test_stalled_scaled_starts.py)
+    monkeypatch.setattr(se, "_scaled_starts", lambda alpha, solver, base, zero_test: base)
     return seen
 
 

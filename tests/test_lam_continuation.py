@@ -52,6 +52,8 @@ def _stall_cold_at(monkeypatch, lams, residual=0.5):
         return res
 
     monkeypatch.setattr(StateEvolution, "_solve_regular", fake)
+    # a stall that remains is then solved from scaled starts (T = 2): tested in tests/test_scaled_starts.py
+    monkeypatch.setattr(StateEvolution, "_scaled_starts", lambda self, alpha, solver, base, zero_test: base)
     return calls
 
 

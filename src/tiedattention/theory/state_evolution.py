@@ -584,6 +584,12 @@ class StateEvolution:
             if (init is None and not res.converged and res.phase == "regular" and res.residual > LAM_FAR
                     and lam > 0.0 and self._lam_levels and self._order_checks):
                 res = self._lam_continuation(alpha, res)
+            if (init is None and not res.converged and _regular(res) and lam > 0.0 and self._order_checks
+                    and self.problem.task.tokens == 2 and not self._noisy):
+                # a T = 2 cold start that still stalls can sit by a small-norm point beside a large-norm branch,
+                # as with large logit noise (where _solve_regular tries these starts itself): T = 2, output noise
+                # 0.37, alpha = 3.03 stalled at q = 11 (residual 8.5e-3, objective 4.35) beside q = 1469 (4.20)
+                res = self._scaled_starts(alpha, self, res, zero_test=False)
             self._add_rounding_errors(res)
             if lam == 0.0:
                 _refuse_runaway(res, self.problem.student.beta)
@@ -1093,7 +1099,8 @@ class StateEvolution:
         return self._rough
 
     def _scaled_starts(self, alpha: float, solver: StateEvolution, base: SEResult, zero_test: bool) -> SEResult:
-        """Large logit noise: solve again from ``base`` scaled up (q, Sigma x s, m x sqrt(s), which keeps the
+        """Large logit noise (and any T = 2 cold start that stalls at lambda > 0, :meth:`solve`): solve again from
+        ``base`` scaled up (q, Sigma x s, m x sqrt(s), which keeps the
         correlation m / sqrt(q)) and return, of ``base`` (if converged) and the starts that converge, the fixed point
         with the lowest objective: the zero-temperature free energy, so the ERM's minimiser is the lowest one.
 
@@ -1253,6 +1260,12 @@ class StateEvolution:
                 if converged and cold > self.tol and not (rounding and _within_rounding(f_cold, self.tol, rounding)):
                     converged, rounding, cold_gap = False, 0.0, cold
                     message = f"{COLD_GAP}{cold:.1e} > tol at the warm-started fixed point"
+                elif not converged and warm_gap:
+                    # stalled, but far closer to the warm map's fixed point than to the cold map's: the same
+                    # mismatch (a learning curve on a rough large-norm branch, T = 2, output noise 0.37, alpha =
+                    # 1.57: warm stall 9.8e-5, cold 2.8e-3), re-solved on the cold map like a converged one
+                    cold_gap = cold
+                    message = f"{COLD_GAP}{cold:.1e} > tol at the warm iteration's end point ({message})"
         if not converged:
             # With a nonconvex prox (large Sigma) the global minimiser switches branch across a surface;
             # a fixed quadrature rule then makes the map jump by about its own error, and no solver can
