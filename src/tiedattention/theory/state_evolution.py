@@ -1100,9 +1100,9 @@ class StateEvolution:
 
     def _scaled_starts(self, alpha: float, solver: StateEvolution, base: SEResult, zero_test: bool) -> SEResult:
         """Large logit noise (and any T = 2 cold start that stalls at lambda > 0, :meth:`solve`): solve again from
-        ``base`` scaled up (q, Sigma x s, m x sqrt(s), which keeps the
-        correlation m / sqrt(q)) and return, of ``base`` (if converged) and the starts that converge, the fixed point
-        with the lowest objective: the zero-temperature free energy, so the ERM's minimiser is the lowest one.
+        ``base`` scaled up (q, Sigma x s, m x sqrt(s), which keeps the correlation m / sqrt(q)) and return, of
+        ``base`` (if converged) and the starts that converge, the fixed point with the lowest objective: the
+        zero-temperature free energy, so the ERM's minimiser is the lowest one.
 
         A stalled ``base`` tries every s in NOISE_SCALES; a converged one the largest only, and not at lambda = 0 (a
         larger start may run off there, and a runaway is no minimiser). A start that ends within NOISE_SAME of
