@@ -234,7 +234,7 @@ class SEResult:
     # (T >= 3: re-solved with the Stein forms of m_hat, sigma_hat where the prox jumps)
     quadrature: str = ""
     # not fields (to_dict, repr and == do not see them; dataclasses.replace drops them): the cold map's residual at a
-    # warm-started fixed point that fails its check, set by _solve_regular_staged on an unconverged point (a QMC point
+    # warm-started point that fails its check, set by _solve_regular_staged on an unconverged point (a QMC point
     # is then re-solved on the cold map, _cold_gap_resolve); the last secant pairs (_staged) are set the same way
     _cold_gap: float | None = None
 
@@ -580,12 +580,12 @@ class StateEvolution:
                 "drive the logits to infinity); use lambda > 0"))
         else:
             res = self._solve_regular(alpha, init)
-            # (not in subclasses with another matrix side, _order_checks False: the scaling routes fix eps by a rule)
-            if (init is None and not res.converged and res.phase == "regular" and res.residual > LAM_FAR
-                    and lam > 0.0 and self._lam_levels and self._order_checks):
+            # a cold start at lambda > 0 that failed gets further starts (not in subclasses with another matrix
+            # side, _order_checks False: the scaling routes fix eps by a rule)
+            rescue = init is None and lam > 0.0 and self._order_checks
+            if rescue and not res.converged and res.phase == "regular" and res.residual > LAM_FAR and self._lam_levels:
                 res = self._lam_continuation(alpha, res)
-            if (init is None and not res.converged and _regular(res) and lam > 0.0 and self._order_checks
-                    and self.problem.task.tokens == 2 and not self._noisy):
+            if rescue and not res.converged and _regular(res) and self.problem.task.tokens == 2 and not self._noisy:
                 # a T = 2 cold start that still stalls can sit by a small-norm point beside a large-norm branch,
                 # as with large logit noise (where _solve_regular tries these starts itself): T = 2, output noise
                 # 0.37, alpha = 3.03 stalled at q = 11 (residual 8.5e-3, objective 4.35) beside q = 1469 (4.20)
@@ -866,12 +866,12 @@ class StateEvolution:
         return res
 
     def _cold_gap_resolve(self, alpha: float, res: SEResult) -> SEResult:
-        """A QMC point whose warm-started iteration converged but whose cold map misses it (``res._cold_gap``, set by
-        :meth:`_solve_regular_staged`; ``message`` COLD_GAP): the warm proxes kept minima that the cold map's starts
-        improve on (T = 3, MP kappa0 = 1.419, Delta = 1.076, lambda = 9.5e-3, beta = 1.73, beta0 = 2.48, kappa = 2,
-        alpha = 0.797: warm residual 4.7e-14, cold 2.5e-3, branch share 0). Iterate the cold map itself from there, as
-        the T = 2 QMC re-solve does (:func:`_cold_map_solve`). Returns the cold point (``message`` says so) or ``res``
-        with why not; every iteration is counted."""
+        """A QMC point whose warm-started iteration converged (or stalled far below the gap) but whose cold map misses
+        it (``res._cold_gap``, set by :meth:`_solve_regular_staged`; ``message`` COLD_GAP): the warm proxes kept
+        minima that the cold map's starts improve on (T = 3, MP kappa0 = 1.419, Delta = 1.076, lambda = 9.5e-3,
+        beta = 1.73, beta0 = 2.48, kappa = 2, alpha = 0.797: warm residual 4.7e-14, cold 2.5e-3, branch share 0).
+        Iterate the cold map itself from there, as the T = 2 QMC re-solve does (:func:`_cold_map_solve`). Returns the
+        cold point (``message`` says so) or ``res`` with why not; every iteration is counted."""
         if self._cold_qmc is None:
             self._cold_qmc = self._qmc_resolver(self._channel_options)
         out, why = _cold_map_solve(self._cold_qmc, alpha, res.x, res.q, "warm-started point's")
@@ -1245,7 +1245,9 @@ class StateEvolution:
         # observables at the final point, with the quadrature error estimates
         fx, ch, ms = self._map(alpha, x, final=True, cond_var=_cond_var(y))
         warm_gap = False  # the warm map's fixed point is known far better than its distance to the cold map's
-        cold_gap = None  # the cold map's residual where the point reported fails its check (message COLD_GAP)
+        # the cold map's residual where the point reported fails its check (message COLD_GAP); kept on the result
+        # only if it ends unconverged (the floor acceptance and hybr can still converge it)
+        cold_gap = None
         if self.warm_start and np.all(np.isfinite(fx)) and fx[0] > 0 and fx[2] > 0:
             # the iterations used warm-started proxes; report the residual of the cold map at the result
             f_cold = self._to_y(fx) - y
@@ -1275,7 +1277,7 @@ class StateEvolution:
                 for k in ("q_hat", "m_hat", "sigma_hat")
             )
             if np.isfinite(floor) and resid <= min(self.floor_factor * floor, self.max_floor):
-                converged, cold_gap = True, None
+                converged = True
                 message = f"converged to the quadrature accuracy (residual {resid:.1e}, quadrature error {floor:.1e})"
         rough = self.branch_switch is not None and ch.branch_share > self.branch_switch
         if not converged and self.root_fallback and not rough and not warm_gap:
@@ -1296,7 +1298,6 @@ class StateEvolution:
                         continue  # no cold map there to check it against: not a point to report
                     y, x, ch, ms = sol["y"], x_root, ch_root, ms_root
                     resid = max(sol["resid"], cold) if self.warm_start else sol["resid"]
-                    cold_gap = None
                     if resid <= self.tol:
                         converged = True
                         message = f"converged by the hybr fallback after Anderson ({anderson})"
