@@ -103,6 +103,8 @@ def _point(q, converged=True, phase="regular", message=""):
     (_point(0.09), "ran off to q = 0.09 from q = 1.5"),
     (_point(float("nan")), "phase regular"),  # not a regular point: no finite (q, m, sigma)
     (FloatingPointError("matrix side returned q=nan"), "FloatingPointError: matrix side returned q=nan"),
+    (OverflowError("math range error"), "OverflowError: math range error"),  # math.exp far out
+    (np.linalg.LinAlgError("Singular matrix"), "LinAlgError: Singular matrix"),
 ])
 def test_the_cold_map_solve_accepts_only_a_converged_regular_point_near_the_reference(solved, why):
     """The one cold-map solve that _cold_gap_resolve and _stein_cold_resolve share (_cold_map_solve): what it accepts

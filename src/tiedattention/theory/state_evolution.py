@@ -121,6 +121,11 @@ COND_VAR_BELOW = 1e-3
 RUNAWAY_LOGIT = 1e3
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
+# what a solve of the map may raise where it cannot be evaluated (a re-solve that raises is reported or skipped,
+# not raised): FloatingPointError (np.errstate raise), OverflowError (math.exp far out), ValueError (with its
+# subclasses ParameterError and np.linalg.LinAlgError)
+_SOLVE_ERRORS = (ArithmeticError, ValueError)
+
 
 def unknown_option(name: str) -> ParameterError:
     """A keyword the state evolution does not take: name it, list those it takes, and say which was meant."""
@@ -617,7 +622,7 @@ class StateEvolution:
             above._lam_levels = self._lam_levels - 1
             try:
                 base = above.solve(alpha)
-            except (ArithmeticError, ValueError):
+            except _SOLVE_ERRORS:
                 base = None
         spent = stalled.iterations + (base.iterations if base is not None else 0)
         if base is None or not (base.converged and base.phase == "regular"):
@@ -625,7 +630,7 @@ class StateEvolution:
             return stalled
         try:
             again = self._solve_regular(alpha, base.x)
-        except (ArithmeticError, ValueError):
+        except _SOLVE_ERRORS:
             stalled.iterations = spent
             return stalled
         again.iterations += spent
@@ -1121,7 +1126,7 @@ class StateEvolution:
         for s in scales:
             try:
                 cand = solver._solve_regular(alpha, np.array([s * q, math.sqrt(s) * m, s * sigma]), zero_test)
-            except (ArithmeticError, ValueError):
+            except _SOLVE_ERRORS:
                 continue
             spent += cand.iterations
             if not (cand.converged and cand.phase == "regular" and cand.q > 0.0):
@@ -1632,7 +1637,7 @@ class StateEvolution:
                 if not (self._tight(res) or (res.converged and res.quadrature != self._quadrature)):
                     try:
                         cold = self.solve(alpha, init=None)
-                    except (ArithmeticError, ValueError):
+                    except _SOLVE_ERRORS:
                         cold = None
                     if cold is not None and cold.converged and (not res.converged or cold.residual < res.residual):
                         res, kept_cold = cold, True
@@ -1801,10 +1806,6 @@ def _regular(res: SEResult) -> bool:
 def _q_within(q: float, q_ref: float, factor: float) -> bool:
     """q is positive and within ``factor`` of ``q_ref`` on a log scale (q_ref > 0)."""
     return q > 0.0 and abs(math.log(q / q_ref)) <= math.log(factor)
-
-
-# what a solve of the map may raise where it cannot be evaluated (a re-solve that raises is reported, not raised)
-_SOLVE_ERRORS = (FloatingPointError, ParameterError, ValueError, np.linalg.LinAlgError)
 
 
 def _cold_map_solve(solver: StateEvolution, alpha: float, x0: np.ndarray, q_ref: float,
