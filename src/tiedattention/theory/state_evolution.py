@@ -585,15 +585,17 @@ class StateEvolution:
                 "drive the logits to infinity); use lambda > 0"))
         else:
             res = self._solve_regular(alpha, init)
-            # a cold start at lambda > 0 that failed gets further starts (not in subclasses with another matrix
-            # side, _order_checks False: the scaling routes fix eps by a rule)
-            rescue = init is None and lam > 0.0 and self._order_checks
-            if rescue and not res.converged and res.phase == "regular" and res.residual > LAM_FAR and self._lam_levels:
+            # a cold start that failed gets further starts (not in subclasses with another matrix side,
+            # _order_checks False: the scaling routes fix eps by a rule)
+            rescue = init is None and self._order_checks
+            if (rescue and lam > 0.0 and not res.converged and res.phase == "regular" and res.residual > LAM_FAR
+                    and self._lam_levels):
                 res = self._lam_continuation(alpha, res)
             if rescue and not res.converged and _regular(res) and self.problem.task.tokens == 2 and not self._noisy:
                 # a T = 2 cold start that still stalls can sit by a small-norm point beside a large-norm branch,
                 # as with large logit noise (where _solve_regular tries these starts itself): T = 2, output noise
-                # 0.37, alpha = 3.03 stalled at q = 11 (residual 8.5e-3, objective 4.35) beside q = 1469 (4.20)
+                # 0.37, alpha = 3.03 stalled at q = 11 (residual 8.5e-3, objective 4.35) beside q = 1469 (4.20);
+                # at lambda = 0 that branch can be a runaway (refused below: no finite minimiser)
                 res = self._scaled_starts(alpha, self, res, zero_test=False)
             self._add_rounding_errors(res)
             if lam == 0.0:
@@ -1110,8 +1112,10 @@ class StateEvolution:
         zero-temperature free energy, so the ERM's minimiser is the lowest one.
 
         A stalled ``base`` tries every s in NOISE_SCALES; a converged one the largest only, and not at lambda = 0 (a
-        larger start may run off there, and a runaway is no minimiser). A start that ends within NOISE_SAME of
-        ``base``'s q is the same fixed point (``base`` is kept). The small-norm branch can end in a fold (the cold
+        larger start may run off there, and a runaway is no minimiser). At lambda = 0 a start that runs off
+        (:func:`_runaway`) competes by its objective too: if it is the lowest, it is returned (and refused by
+        :meth:`solve`: the ERM's infimum is at infinity, no finite minimiser). A start that ends within NOISE_SAME
+        of ``base``'s q is the same fixed point (``base`` is kept). The small-norm branch can end in a fold (the cold
         start then stalls at its ghost) or coexist with a large-norm branch of lower objective: MP kappa0 = 0.2,
         Delta = 2, alpha = 0.5 has the small branch at lambda = 3e-3 (q = 2.5, objective 0.0698) beside the large one
         (q = 41, 0.0650), only the large one at 1e-3 (q = 145), only one fixed point at 1e-2 (docs/theory/
@@ -1123,11 +1127,14 @@ class StateEvolution:
         scales = NOISE_SCALES[-1:] if base.converged else NOISE_SCALES
         q, m, sigma = base.x
         found, spent = ([(None, base)] if base.converged else []), base.iterations
+        issued: dict[float, list[warnings.WarningMessage]] = {}  # each start's warnings, until one is chosen
         for s in scales:
-            try:
-                cand = solver._solve_regular(alpha, np.array([s * q, math.sqrt(s) * m, s * sigma]), zero_test)
-            except _SOLVE_ERRORS:
-                continue
+            with warnings.catch_warnings(record=True) as issued[s]:
+                warnings.simplefilter("always")
+                try:
+                    cand = solver._solve_regular(alpha, np.array([s * q, math.sqrt(s) * m, s * sigma]), zero_test)
+                except _SOLVE_ERRORS:
+                    continue
             spent += cand.iterations
             if not (cand.converged and cand.phase == "regular" and cand.q > 0.0):
                 continue
@@ -1135,9 +1142,20 @@ class StateEvolution:
                 found.append((s, cand))
         s, out = min(found, key=lambda f: f[1].objective) if found else (None, base)
         out.iterations = spent
+        runaway = self.problem.student.lam == 0.0 and _runaway(out, self.problem.student.beta)
+        # issued again under the caller's filters, but for the ConvergenceWarnings of the starts not chosen and of a
+        # runaway (whose softmaxes are one-hot: a prox warning per evaluation, 115 at the point of the docs)
+        for t, caught in issued.items():
+            for w in caught:
+                if not (issubclass(w.category, ConvergenceWarning) and (t != s or runaway)):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         if s is None:
             return out
-        if base.converged:
+        if runaway:
+            _add_note(out, f"{NOTE_STALLED_START}{q:.3g} (residual {base.residual:.1e}); a start at {s:g}x its q and "
+                           f"Sigma ran off with the lowest objective of the scaled starts {NOISE_SCALES}, "
+                           f"{out.objective:.5g}")
+        elif base.converged:
             _add_note(out, f"{NOTE_TWO_POINTS}this one (from a start at {s:g}x the cold solve's q and Sigma) has the "
                            f"lower objective, {out.objective:.5g} against {base.objective:.5g} at q = {q:.3g} (test "
                            f"error {base.test_error:.5g}), so it is the ERM's")
@@ -1830,12 +1848,18 @@ def _cold_map_solve(solver: StateEvolution, alpha: float, x0: np.ndarray, q_ref:
     return out, ""
 
 
+def _runaway(res: SEResult, beta: float) -> bool:
+    """A point of the regular phase whose logit scale beta sqrt(q) reached RUNAWAY_LOGIT (at lambda = 0: a run-off
+    to infinity, no minimiser)."""
+    return res.phase == "regular" and res.q >= 0.0 and beta * math.sqrt(res.q) >= RUNAWAY_LOGIT
+
+
 def _refuse_runaway(res: SEResult, beta: float) -> None:
     """lambda = 0: mark a point whose logit scale beta sqrt(q) reached RUNAWAY_LOGIT as not converged, in place (its
     values stay: the last iterate, which says how far it ran); the message says why, before the solver's own."""
-    scale = beta * math.sqrt(res.q) if res.q >= 0.0 else float("nan")
-    if res.phase != "regular" or not scale >= RUNAWAY_LOGIT:
+    if not _runaway(res, beta):
         return
+    scale = beta * math.sqrt(res.q)
     res.converged = False
     why = (f"ran off to q = {res.q:.3g} at lambda = 0 (logit scale beta sqrt(q) = {scale:.3g} >= {RUNAWAY_LOGIT:g}, "
            "where every softmax is one-hot in double precision): the ERM has no finite minimiser here (the bounded "
