@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from tiedattention.problem import Problem
-from tiedattention.theory.state_evolution import NOISE_SCALES, SEResult, StateEvolution
+from tiedattention.theory.state_evolution import NOISE_SCALES, NOTE_UNSTABLE, SEResult, StateEvolution
 
 PAST_FOLD = Problem.from_options(target="mp:0.2", noise=2, lam=1e-3)
 
@@ -66,10 +66,17 @@ def test_scaled_starts_that_fail_leave_the_stalled_point():
     assert StateEvolution(PAST_FOLD)._scaled_starts(0.5, _Fake([]), nan_point, True) is nan_point  # no start tried
 
 
-def test_a_converged_point_gives_way_to_a_distinct_fixed_point_of_lower_objective():
+@pytest.mark.parametrize("ats, verdict", [
+    ((0.8, 0.7), "so it is the ERM's (AT = 0.8, the other's 0.7)"),
+    ((1.39, 0.716), f"{NOTE_UNSTABLE}(AT = 1.39, the other's 0.716): an unstable branch's RS objective can lie below"),
+    ((math.nan, 0.7), f"{NOTE_UNSTABLE}(AT = nan, the other's 0.7)"),  # no AT: no verdict either
+])
+def test_a_converged_point_gives_way_to_a_distinct_fixed_point_of_lower_objective(monkeypatch, ats, verdict):
     """Where both branches exist (lambda = 3e-3: q = 2.5, objective 0.0698; q = 41, 0.0650) the cold solve's point
     is kept only if no start at the largest scale converges elsewhere with a lower objective; one largest-scale
-    start is tried; the note names both points."""
+    start is tried; the note names both points, and calls the lower one the ERM's only where it is RS-stable (the
+    RS objective of an unstable branch can lie below the ERM's)."""
+    monkeypatch.setattr(StateEvolution, "_rs_at", lambda self, alpha, res: ats[0] if res.q > 10 else ats[1])
     small = _point(2.49, 1.35, 2.51, True, 0.0698, it=17)
     large = _point(41.0, 5.0, 40.6, True, 0.0650, it=20)
     fake = _Fake([large])
@@ -78,6 +85,7 @@ def test_a_converged_point_gives_way_to_a_distinct_fixed_point_of_lower_objectiv
     np.testing.assert_allclose(fake.starts[0], [NOISE_SCALES[-1] * 2.49, math.sqrt(NOISE_SCALES[-1]) * 1.35,
                                                 NOISE_SCALES[-1] * 2.51])
     assert "two fixed points" in out.message and "0.0698" in out.message and "q = 2.49" in out.message
+    assert verdict in out.message and "; " not in out.message  # one note (the theory command prints it whole)
     # a higher objective elsewhere, or the same point found again (q within NOISE_SAME), keeps the cold solve's point
     for other in (_point(41.0, 5.0, 40.6, True, 0.0710), _point(2.49 * 1.05, 1.36, 2.52, True, 0.0600)):
         small = _point(2.49, 1.35, 2.51, True, 0.0698, it=17)
@@ -110,6 +118,11 @@ def test_where_both_branches_exist_the_lower_objective_is_reported():
     res = StateEvolution(PAST_FOLD.with_options(lam=3e-3)).solve(0.5)
     assert res.converged and 30 < res.q < 55 and res.test_error == pytest.approx(0.806, abs=0.01)
     assert "two fixed points" in res.message and res.objective < 0.0698 - 2e-3
+    # the large one is RS-unstable (AT = 1.39 +- 0.01, 2026-12-02), the small one stable (0.716), and at d = 60
+    # prox sits on the small one (docs/theory/state_evolution.md, "Two fixed points and RS stability")
+    at = float(res.message.split(f"{NOTE_UNSTABLE}(AT = ")[1].split(",")[0])
+    other = float(res.message.split("the other's ")[1].split(")")[0])
+    assert at == pytest.approx(1.39, abs=0.05) and other == pytest.approx(0.716, abs=0.05)
 
 
 @pytest.mark.slow

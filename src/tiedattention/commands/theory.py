@@ -126,6 +126,7 @@ def theory(
             err.print(f"wrote {paths[0]} and {paths[1]}", markup=False, highlight=False)
     if not rs_stability:
         _note_prox_switching(records)
+    _note_two_points(records)
     if json:
         for rec in records:
             emit_json(rec)
@@ -192,6 +193,19 @@ def _note_prox_switching(records: list[dict], share: float | None = None) -> Non
                f"there (up to {100 * top:.3g} % of E‖g‖²); these points are the RS prediction, which can miss the "
                "ERM (λ = 1e-4, α = 0.25) or meet it (β = β0 = 2, α = 0.5); --rs-stability measures it "
                "(docs/theory/stability.md)", err=True)
+
+
+def _note_two_points(records: list[dict]) -> None:
+    """A note on stderr per converged point where the SE found two fixed points (``_scaled_starts``): the one shown
+    has the lower RS objective, and the note says whether it is RS-stable (docs/theory/state_evolution.md, "Two fixed
+    points and RS stability")."""
+    from ..theory.state_evolution import NOTE_TWO_POINTS
+
+    for r in records:
+        message = str(r.get("message") or "")
+        if r["converged"] and NOTE_TWO_POINTS in message:
+            note = message[message.index(NOTE_TWO_POINTS):].split("; ")[0]
+            typer.echo(f"note: α = {r['alpha']:.4g}: {note}", err=True)
 
 
 def _at(problem: Problem, rec: dict) -> Problem:

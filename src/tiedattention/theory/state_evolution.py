@@ -81,6 +81,8 @@ NOISE_SAME = 1.1  # ... a start ending within this factor of the first point's q
 # branch: simulate --theory warns on them, as a trainer from a small start can end on the other minimiser)
 NOTE_TWO_POINTS = "two fixed points: "
 NOTE_STALLED_START = "cold start stalled at q = "
+# ... the lower of two fixed points (docs/theory/state_evolution.md, "Two fixed points and RS stability")
+NOTE_UNSTABLE = "but it is RS-unstable "
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
 # next to perfect recovery (1 - rho^2 < COND_VAR_BELOW) a cold solve drifts in atanh rho by a near-constant step
 # (F(y) ~ y + 0.55 at MP kappa0 = 0.5, Delta = 0, lambda = 1e-4, alpha = 1) with no new best residual for dozens of
@@ -1156,13 +1158,32 @@ class StateEvolution:
                            f"Sigma ran off with the lowest objective of the scaled starts {NOISE_SCALES}, "
                            f"{out.objective:.5g}")
         elif base.converged:
-            _add_note(out, f"{NOTE_TWO_POINTS}this one (from a start at {s:g}x the cold solve's q and Sigma) has the "
-                           f"lower objective, {out.objective:.5g} against {base.objective:.5g} at q = {q:.3g} (test "
-                           f"error {base.test_error:.5g}), so it is the ERM's")
+            note = (f"{NOTE_TWO_POINTS}this one (from a start at {s:g}x the cold solve's q and Sigma) has the lower "
+                    f"objective, {out.objective:.5g} against {base.objective:.5g} at q = {q:.3g} (test error "
+                    f"{base.test_error:.5g})")
+            at, at_other = self._rs_at(alpha, out), self._rs_at(alpha, base)
+            # (one note, no "; " inside: the theory command prints it whole)
+            if at < 1.0:
+                note += f", so it is the ERM's (AT = {at:.3g}, the other's {at_other:.3g})"
+            else:  # (nan: no verdict either)
+                note += (f", {NOTE_UNSTABLE}(AT = {at:.3g}, the other's {at_other:.3g}): an unstable branch's RS "
+                         "objective can lie below the ERM's, so the ERM may sit on the other")
+            _add_note(out, note)
         else:
             _add_note(out, f"{NOTE_STALLED_START}{q:.3g} (residual {base.residual:.1e}); converged from a start "
                            f"at {s:g}x its q and Sigma (the lowest objective of the scaled starts {NOISE_SCALES})")
         return out
+
+    def _rs_at(self, alpha: float, res: SEResult) -> float:
+        """The de Almeida-Thouless value of a regular fixed point (:func:`stability.rs_stability`, with the point's
+        own rule); nan where it cannot be evaluated. AT >= 1: the RS fixed point is unstable, and its RS objective is
+        not the ERM's (it can lie below it)."""
+        from .stability import rs_stability  # (stability builds on this module)
+
+        try:
+            return rs_stability(self.problem, res, alpha, d=self.d).at
+        except _SOLVE_ERRORS:
+            return math.nan
 
     def _noise_solver(self) -> StateEvolution:
         """The solver of the T = 2 points with noise-dominated labels: the QMC rule NOISE_QMC with the Stein forms
