@@ -1108,10 +1108,12 @@ class StateEvolution:
         return self._rough
 
     def _scaled_starts(self, alpha: float, solver: StateEvolution, base: SEResult, zero_test: bool) -> SEResult:
-        """Large logit noise (and any T = 2 cold start that stalls at lambda > 0, :meth:`solve`): solve again from
+        """Large logit noise (and any T = 2 cold start that stalls, :meth:`solve`): solve again from
         ``base`` scaled up (q, Sigma x s, m x sqrt(s), which keeps the correlation m / sqrt(q)) and return, of
         ``base`` (if converged) and the starts that converge, the fixed point with the lowest objective: the
-        zero-temperature free energy, so the ERM's minimiser is the lowest one.
+        zero-temperature free energy, so the ERM's minimiser is the lowest one where both are RS-stable (an
+        unstable branch's RS objective can lie below the ERM's: the note of two fixed points gives their AT values,
+        :meth:`_rs_at`).
 
         A stalled ``base`` tries every s in NOISE_SCALES; a converged one the largest only, and not at lambda = 0 (a
         larger start may run off there, and a runaway is no minimiser). At lambda = 0 a start that runs off
