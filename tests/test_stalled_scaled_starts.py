@@ -72,6 +72,9 @@ def test_a_stalled_t2_cold_start_is_solved_from_scaled_starts(monkeypatch, refer
     assert calls == [(2, LAM, None)] + [(2, LAM, pytest.approx(s * q, rel=1e-12)) for s in NOISE_SCALES]
     assert res.converged and res.phase == "regular"
     assert NOTE_STALLED_START + f"{q:.3g} (residual 5.0e-03)" in res.message
+    # the AT value of the point kept (RS-stable here; 2.06 at the T = 2 output-noise point of the session-24 sweep)
+    at = float(res.message.split("; AT = ")[1].split(")")[0])
+    assert 0.0 < at < 1.0 and "RS-unstable" not in res.message
     # one fixed point here: both starts end on it, and it is the reference's
     for name in ("q", "m", "sigma", "test_error", "objective"):
         assert getattr(res, name) == pytest.approx(getattr(reference, name), rel=1e-6), name

@@ -1172,8 +1172,10 @@ class StateEvolution:
                          "objective can lie below the ERM's, so the ERM may sit on the other")
             _add_note(out, note)
         else:
+            at = self._rs_at(alpha, out)
             _add_note(out, f"{NOTE_STALLED_START}{q:.3g} (residual {base.residual:.1e}); converged from a start "
-                           f"at {s:g}x its q and Sigma (the lowest objective of the scaled starts {NOISE_SCALES})")
+                           f"at {s:g}x its q and Sigma (the lowest objective of the scaled starts {NOISE_SCALES}; "
+                           f"AT = {at:.3g}{': RS-unstable' if not at < 1.0 else ''})")
         return out
 
     def _rs_at(self, alpha: float, res: SEResult) -> float:
