@@ -21,7 +21,7 @@ import pytest
 
 from tiedattention.errors import ConvergenceWarning
 from tiedattention.problem import Problem
-from tiedattention.theory.state_evolution import LAM_FAR, LAM_LEVELS, LAM_STEP, StateEvolution
+from tiedattention.theory.state_evolution import LAM_FAR, LAM_LEVELS, LAM_STEP, LAM_ZERO_START, StateEvolution
 
 ALPHA = 0.5
 REAL_SOLVE = StateEvolution._solve_regular
@@ -101,12 +101,26 @@ def test_no_continuation_near_a_fixed_point_or_from_the_zero_phase(monkeypatch):
     with pytest.warns(ConvergenceWarning):
         res = StateEvolution(Problem.from_options(lam=0.5)).solve(ALPHA)
     assert calls == [(0.5, True), (5.0, True)] and not res.converged and res.iterations == 7 + 1
-    # lambda = 0 is not continued from lambda > 0 (a large-q stall there may be the runaway that is refused,
-    # "Runaways at lambda = 0", and the minimiser need not be the limit of the lambda > 0 ones)
-    calls = _stall_cold_at(monkeypatch, [0.0])
+
+
+def test_lambda_zero_is_continued_from_lam_zero_start_with_every_level(monkeypatch):
+    """lambda = 0 (session 24): continued from the fixed point at LAM_ZERO_START, which may itself be continued
+    LAM_LEVELS decades up (the hop from 0 is not a decade): T = 4, beta = 3, alpha = 2.14 stalled cold at lambda = 0,
+    1e-3 and 1e-2 and converged from 0.1 down."""
+    ref = StateEvolution(Problem.from_options(lam=0.0)).solve(ALPHA)
+    stalls = [0.0] + [LAM_ZERO_START * LAM_STEP**k for k in range(LAM_LEVELS)]
+    calls = _stall_cold_at(monkeypatch, stalls)
+    res = StateEvolution(Problem.from_options(lam=0.0)).solve(ALPHA)
+    top = LAM_ZERO_START * LAM_STEP**LAM_LEVELS
+    assert calls == [(x, True) for x in stalls] + [(top, True)] + [(x, False) for x in reversed(stalls)]
+    assert res.converged and f"continued from the fixed point at lambda = {LAM_ZERO_START:.3g}" in res.message
+    for name in ("q", "m", "sigma", "test_error"):  # the lambda = 0 fixed point, not the lambda > 0 one
+        assert getattr(res, name) == pytest.approx(getattr(ref, name), rel=1e-7, abs=1e-12), name
+    # one level more to stall: no start, the stall is reported
+    calls = _stall_cold_at(monkeypatch, stalls + [top])
     with pytest.warns(ConvergenceWarning):
         res = StateEvolution(Problem.from_options(lam=0.0)).solve(ALPHA)
-    assert calls == [(0.0, True)] and not res.converged
+    assert calls == [(x, True) for x in stalls + [top]] and not res.converged
 
 
 @pytest.mark.slow  # ~30 s: the stalled cold start, two solves at 10 lambda, the warm solve
@@ -124,3 +138,16 @@ def test_the_spike_point_that_stalled_cold_converges_by_continuation():
     tol = 3 * max(res.errors.get("fixed_point_test_error", 0.0), res.errors.get("test_error", 0.0), 1e-6)
     assert near.test_error == pytest.approx(res.test_error, abs=tol)
     assert near.q == pytest.approx(res.q, rel=1e-3) and near.sigma == pytest.approx(res.sigma, rel=1e-3)
+
+
+@pytest.mark.slow  # ~2-3 min: cold stalls at lambda = 0, 1e-3 and 1e-2, the chain down from 0.1 (T = 4)
+def test_the_t4_point_that_stalled_at_lambda_zero_converges_by_continuation():
+    """Found by a randomised sweep (seed 34): T = 4, MP kappa0 = 0.998, Delta = 0.0997, kappa = 1.66, beta = 2.99,
+    alpha = 2.142, lambda = 0 stalled cold at q = 5.1 (residual 0.13); the fixed point of the lambda -> 0+ branch is
+    q = 0.2163, test error 0.0357 (lambda = 1e-3: q = 0.2162)."""
+    p = Problem.from_options(target="mp:0.998", noise=0.09973001959779307, lam=0.0, tokens=4,
+                             kappa=1.6630689482346896, beta=2.993759067836944)
+    res = StateEvolution(p).solve(2.1422211955594332)
+    assert res.converged, res.message
+    assert f"continued from the fixed point at lambda = {LAM_ZERO_START:.3g}" in res.message
+    assert res.q == pytest.approx(0.2163, rel=2e-3) and res.test_error == pytest.approx(0.03566, rel=2e-3)

@@ -105,6 +105,9 @@ LAM_STEP = 10.0
 LAM_LEVELS = 2
 LAM_FAR = 1e-2  # ... only where it stalled this far from a fixed point (a T = 3 point stalled at 1.5e-3 next to its
 # Jacobian-forms fixed point gained nothing from it, and spent 4x the time)
+# lambda = 0 is continued from this lambda (T = 4, beta = 3, alpha = 2.14 stalled cold at q = 4.4 (residual 0.13) while
+# its lambda -> 0+ fixed point, q = 0.217, is reached in 11 iterations from the one at lambda = 1e-3)
+LAM_ZERO_START = 1e-3
 # the message of a QMC point whose warm-started fixed point fails the cold map's check (_cold_gap_resolve)
 COLD_GAP = "cold map residual "
 # a warm-started solve whose cold-map residual exceeds this multiple of its own (warm) residual failed on the
@@ -590,8 +593,7 @@ class StateEvolution:
             # a cold start that failed gets further starts (not in subclasses with another matrix side,
             # _order_checks False: the scaling routes fix eps by a rule)
             rescue = init is None and self._order_checks
-            if (rescue and lam > 0.0 and not res.converged and res.phase == "regular" and res.residual > LAM_FAR
-                    and self._lam_levels):
+            if rescue and not res.converged and res.phase == "regular" and res.residual > LAM_FAR and self._lam_levels:
                 res = self._lam_continuation(alpha, res)
             if rescue and not res.converged and _regular(res) and self.problem.task.tokens == 2 and not self._noisy:
                 # a T = 2 cold start that still stalls can sit by a small-norm point beside a large-norm branch,
@@ -612,18 +614,21 @@ class StateEvolution:
         return res
 
     def _lam_continuation(self, alpha: float, stalled: SEResult) -> SEResult:
-        """A cold start that stalled far from a fixed point (residual > LAM_FAR) at lambda > 0: solve the point at
-        LAM_STEP x lambda (cold, and by continuation itself where that stalls too, up to LAM_LEVELS decades up) and
-        solve again from that fixed point. Returns the new point if it converged (``message`` says so), else
-        ``stalled``; the iterations of every solve are counted. A base point in the zero phase (S_hat = 0 at the
-        larger lambda) is no start."""
+        """A cold start that stalled far from a fixed point (residual > LAM_FAR): solve the point at LAM_STEP x
+        lambda (at LAM_ZERO_START for lambda = 0; cold, and by continuation itself where that stalls too, up to
+        LAM_LEVELS decades up) and solve again from that fixed point. Returns the new point if it converged
+        (``message`` says so), else ``stalled``; the iterations of every solve are counted (the hop from lambda = 0
+        to LAM_ZERO_START does not count as one of the LAM_LEVELS). A base point in the zero
+        phase (S_hat = 0 at the larger lambda) is no start. At lambda = 0 the answer is still a lambda = 0 fixed point
+        (the one the lambda -> 0+ branch leads to), and a start that runs off is refused by :meth:`solve`."""
         lam = self.problem.student.lam
+        lam_above = LAM_STEP * lam if lam > 0.0 else LAM_ZERO_START
         with _inner_solver(), warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            above = StateEvolution(self.problem.replace_student(lam=LAM_STEP * lam), d=self.d,
+            above = StateEvolution(self.problem.replace_student(lam=lam_above), d=self.d,
                                    channel_options=self._channel_options, warm_start=self.warm_start,
                                    fixed_point_errors=False, accuracy=None, stall=self.stall, **self._solver_args)
-            above._lam_levels = self._lam_levels - 1
+            above._lam_levels = self._lam_levels - (1 if lam > 0.0 else 0)  # (the hop from 0 is not a decade)
             try:
                 base = above.solve(alpha)
             except _SOLVE_ERRORS:
@@ -642,7 +647,7 @@ class StateEvolution:
             stalled.iterations = again.iterations
             return stalled
         _add_note(again, f"cold start stalled at q = {stalled.q:.3g} (residual {stalled.residual:.1e}); continued "
-                         f"from the fixed point at lambda = {LAM_STEP * lam:.3g}")
+                         f"from the fixed point at lambda = {lam_above:.3g}")
         return again
 
     def _g(self, alpha: float, y: np.ndarray):
