@@ -5,8 +5,8 @@ re-solve of a QMC point").
 At small lambda Sigma grows like 1/lambda, and the cold start (Sigma = 1) can wander off to a large-q point where the
 map stalls: T = 2, spikes:3.5 (d = 100), Delta = 0, Delta_out = 0.045, kappa = 0.5, beta = 2.57, beta0 = 1.07,
 lambda = 3e-4, alpha = 0.0536 stalled at q = 6.1 (residual 0.37); its fixed point has q = 0.066, Sigma = 176. Where the
-cold solve stalls (residual > LAM_FAR), the point is solved at 10 lambda (cold, and by continuation itself, up to
-LAM_LEVELS decades up) and again from there.
+cold solve stalls (residual > LAM_FAR), the point is solved at 10 lambda (at LAM_ZERO_START = 1e-3 for lambda = 0;
+cold, and by continuation itself, up to LAM_LEVELS decades up) and again from there.
 
 The fast tests drive the mechanism on the default problem, where the cold start converges by itself, by making the
 cold solve at the user's lambda report a stall; the slow test is the point above.

@@ -96,8 +96,8 @@ FORMS_START = 1e-2
 # of the Jacobian forms' point: at lambda = 0 the map is nearly scale-invariant far out, and a cold solve that ran off
 # to q ~ 2e9 was accepted at the quadrature floor (T = 4 with output noise, alpha = 0.05: test error 4.49 against 3.16)
 COLD_STEIN_SPAN = 10.0
-# a cold start that stalls at lambda > 0 is continued from the fixed point at LAM_STEP x lambda (itself solved cold,
-# and by continuation where that stalls too, up to LAM_LEVELS decades up): Sigma grows like 1/lambda at small lambda,
+# a cold start that stalls is continued from the fixed point at LAM_STEP x lambda (LAM_ZERO_START at lambda = 0;
+# solved cold, and by continuation where that stalls too, up to LAM_LEVELS decades up): Sigma grows like 1/lambda,
 # and the cold start (Sigma = 1) can wander off to a large-q point where the map stalls (T = 2, spikes, Delta_out =
 # 0.045, lambda = 6.4e-5, alpha = 0.0536: stalled at q = 4e3; the fixed point has q = 0.156, Sigma = 1.3e3;
 # docs/theory/state_evolution.md, "Continuation in λ, and the cold-map re-solve of a QMC point")
