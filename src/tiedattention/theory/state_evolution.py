@@ -1155,9 +1155,7 @@ class StateEvolution:
         # issued again under the caller's filters, but for the ConvergenceWarnings of the starts not chosen and of a
         # runaway (whose softmaxes are one-hot: a prox warning per evaluation, 115 at the point of the docs)
         for t, caught in issued.items():
-            for w in caught:
-                if not (issubclass(w.category, ConvergenceWarning) and (t != s or runaway)):
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+            _reissue(caught, convergence=t == s and not runaway)
         if s is None:
             return out
         if runaway:
@@ -1693,9 +1691,8 @@ class StateEvolution:
             # issued again in order under the caller's filters, but for the ConvergenceWarning of the solve not
             # returned (the cold one's also where it raised)
             n_warm = len(caught) if n_warm is None else n_warm
-            for i, w in enumerate(caught):
-                if not (issubclass(w.category, ConvergenceWarning) and (i < n_warm) == kept_cold):
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+            _reissue(caught[:n_warm], convergence=not kept_cold)
+            _reissue(caught[n_warm:], convergence=kept_cold)
         return res
 
     def learning_curve(self, alphas, progress=None) -> list[SEResult]:
@@ -1876,6 +1873,14 @@ def _cold_map_solve(solver: StateEvolution, alpha: float, x0: np.ndarray, q_ref:
         return out, (f"ran off to q = {out.q:.3g} from q = {x0[0]:.3g} (more than {COLD_STEIN_SPAN:g}x the {ref} "
                      f"q = {q_ref:.3g}), not accepted")
     return out, ""
+
+
+def _reissue(caught: list[warnings.WarningMessage], convergence: bool) -> None:
+    """Issue recorded warnings again, in order, under the caller's filters; their ConvergenceWarnings only if
+    ``convergence`` (those of a solve whose result was not returned say nothing about the answer)."""
+    for w in caught:
+        if convergence or not issubclass(w.category, ConvergenceWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def _runaway(res: SEResult, beta: float) -> bool:
