@@ -105,7 +105,7 @@ LAM_STEP = 10.0
 LAM_LEVELS = 2
 LAM_FAR = 1e-2  # ... only where it stalled this far from a fixed point (a T = 3 point stalled at 1.5e-3 next to its
 # Jacobian-forms fixed point gained nothing from it, and spent 4x the time)
-# lambda = 0 is continued from this lambda (T = 4, beta = 3, alpha = 2.14 stalled cold at q = 4.4 (residual 0.13) while
+# lambda = 0 is continued from this lambda (T = 4, beta = 3, alpha = 2.14 stalled cold at q = 5.1 (residual 0.13) while
 # its lambda -> 0+ fixed point, q = 0.217, is reached in 11 iterations from the one at lambda = 1e-3)
 LAM_ZERO_START = 1e-3
 # the message of a QMC point whose warm-started fixed point fails the cold map's check (_cold_gap_resolve)
