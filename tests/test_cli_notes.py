@@ -36,19 +36,25 @@ def test_note_lists_at_most_six_points(capsys):
     assert "0.1, 0.2125, 0.325, 0.4375, 0.55, 0.6625, ... (9 points)" in err
 
 
-def test_note_on_two_fixed_points_prints_that_note_whole(capsys):
-    """theory prints the "two fixed points" note of a converged point (which one is shown, and whether it is RS-stable),
-    not the rest of its message; nothing for an unconverged point or one without the note."""
-    from tiedattention.commands.theory import _note_two_points
+def test_notes_of_scaled_starts_are_printed_whole(capsys):
+    """theory prints the "two fixed points" note and the stalled-start note of a converged point (which one is shown,
+    and whether it is RS-stable), not the rest of its message; nothing for an unconverged point, one without such a
+    note, or the lambda-continuation's "cold start stalled (q = ...), continued ..." (no scaled start)."""
+    from tiedattention.commands.theory import _note_branches
 
     note = ("two fixed points: this one (from a start at 100x the cold solve's q and Sigma) has the lower objective, "
             "0.065 against 0.0698 at q = 2.49 (test error 0.4668), but it is RS-unstable (AT = 1.39, the other's "
             "0.716): an unstable branch's RS objective can lie below the ERM's, so the ERM may sit on the other")
-    _note_two_points([{"alpha": 0.5, "converged": True, "message": f"converged to the quadrature accuracy; {note}; "
-                                                                     "qmc4x2^14 rule with the Stein forms"},
-                      {"alpha": 0.6, "converged": False, "message": note},
-                      {"alpha": 0.7, "converged": True, "message": "cold start stalled at q = 2.75"}])
-    assert capsys.readouterr().err.splitlines() == [f"note: α = 0.5: {note}"]
+    stalled = ("cold start stalled at q = 6.6 (residual 3.1e-03), converged from a start at 100x its q and Sigma (the "
+               "lowest objective of the scaled starts (10.0, 100.0), AT = 2.06: RS-unstable)")
+    _note_branches([{"alpha": 0.5, "converged": True, "message": f"converged to the quadrature accuracy; {note}; "
+                                                                  "qmc4x2^14 rule with the Stein forms"},
+                    {"alpha": 0.6, "converged": False, "message": note},
+                    {"alpha": 0.7, "converged": True, "message": f"converged; {stalled}"},
+                    {"alpha": 0.8, "converged": True, "message": "converged; cold start stalled (q = 5.11, residual "
+                                                                  "1.3e-01), continued from the fixed point at lambda "
+                                                                  "= 0.001"}])
+    assert capsys.readouterr().err.splitlines() == [f"note: α = 0.5: {note}", f"note: α = 0.7: {stalled}"]
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,18 @@ import dataclasses
 import numpy as np
 import pytest
 
+from tiedattention.commands.simulate import _warn_large_norm_branch
+from tiedattention.commands.theory import _note_branches
 from tiedattention.errors import ConvergenceWarning
 from tiedattention.problem import Problem
-from tiedattention.theory.state_evolution import LAM_FAR, LAM_LEVELS, LAM_STEP, LAM_ZERO_START, StateEvolution
+from tiedattention.theory.state_evolution import (
+    LAM_FAR,
+    LAM_LEVELS,
+    LAM_STEP,
+    LAM_ZERO_START,
+    NOTE_STALLED_START,
+    StateEvolution,
+)
 
 ALPHA = 0.5
 REAL_SOLVE = StateEvolution._solve_regular
@@ -57,7 +66,7 @@ def _stall_cold_at(monkeypatch, lams, residual=0.5):
     return calls
 
 
-def test_a_stalled_cold_start_is_continued_from_ten_lambda(monkeypatch):
+def test_a_stalled_cold_start_is_continued_from_ten_lambda(monkeypatch, capsys):
     lam = 1e-3
     ref = StateEvolution(Problem.from_options(lam=lam)).solve(ALPHA)
     assert ref.converged
@@ -66,7 +75,13 @@ def test_a_stalled_cold_start_is_continued_from_ten_lambda(monkeypatch):
     assert calls == [(lam, True), (LAM_STEP * lam, True), (lam, False)]
     assert res.converged and res.phase == "regular"
     assert f"continued from the fixed point at lambda = {LAM_STEP * lam:.3g}" in res.message
-    assert "cold start stalled at q = " in res.message and "residual 5.0e-01" in res.message
+    assert "cold start stalled (q = " in res.message and "residual 5.0e-01" in res.message
+    # not the scaled starts' note: simulate --theory would warn of a large-norm branch, theory print a note
+    assert NOTE_STALLED_START not in res.message
+    _warn_large_norm_branch({(ALPHA, None): {"alpha": ALPHA, "converged": True, "message": res.message}}, "adam",
+                            False)
+    _note_branches([{"alpha": ALPHA, "converged": True, "message": res.message}])
+    assert capsys.readouterr().err == ""
     # the same fixed point as the cold start that converges by itself (the default problem has one)
     for name in ("q", "m", "sigma", "test_error", "train_error"):
         assert getattr(res, name) == pytest.approx(getattr(ref, name), rel=1e-7, abs=1e-12), name

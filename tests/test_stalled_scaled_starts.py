@@ -19,6 +19,7 @@ import warnings
 import numpy as np
 import pytest
 
+from tiedattention.commands.theory import _note_branches
 from tiedattention.errors import ConvergenceWarning
 from tiedattention.problem import Problem
 from tiedattention.theory.state_evolution import (
@@ -65,7 +66,7 @@ def _stall_cold(monkeypatch, reference, residual=0.5 * LAM_FAR):
     return calls
 
 
-def test_a_stalled_t2_cold_start_is_solved_from_scaled_starts(monkeypatch, reference):
+def test_a_stalled_t2_cold_start_is_solved_from_scaled_starts(monkeypatch, reference, capsys):
     calls = _stall_cold(monkeypatch, reference)
     res = StateEvolution(Problem.from_options(lam=LAM)).solve(ALPHA)
     q = 0.1 * reference.q
@@ -73,8 +74,13 @@ def test_a_stalled_t2_cold_start_is_solved_from_scaled_starts(monkeypatch, refer
     assert res.converged and res.phase == "regular"
     assert NOTE_STALLED_START + f"{q:.3g} (residual 5.0e-03)" in res.message
     # the AT value of the point kept (RS-stable here; 2.06 at the T = 2 output-noise point of the session-24 sweep)
-    at = float(res.message.split("; AT = ")[1].split(")")[0])
+    at = float(res.message.split(", AT = ")[1].split(")")[0])
     assert 0.0 < at < 1.0 and "RS-unstable" not in res.message
+    # theory prints that note whole (it holds no "; ", the separator of a message's notes), AT included
+    _note_branches([{"alpha": ALPHA, "converged": True, "message": res.message}])
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"note: α = {ALPHA:.4g}: {NOTE_STALLED_START}{q:.3g} (residual 5.0e-03), converged from a "
+                           f"start at ") and line.endswith(f", AT = {at:.3g})")
     # one fixed point here: both starts end on it, and it is the reference's
     for name in ("q", "m", "sigma", "test_error", "objective"):
         assert getattr(res, name) == pytest.approx(getattr(reference, name), rel=1e-6), name
@@ -124,7 +130,7 @@ def test_at_lambda_zero_a_start_that_runs_off_with_the_lowest_objective_is_refus
         assert not res.converged and res.q == 4e6
         assert res.message.startswith(f"ran off to q = 4e+06 at lambda = 0 (logit scale beta sqrt(q) = 2e+03 >= "
                                       f"{RUNAWAY_LOGIT:g}")
-        assert (f"{NOTE_STALLED_START}{0.1 * reference.q:.3g} (residual 5.0e-03); a start at 10x its q and Sigma ran "
+        assert (f"{NOTE_STALLED_START}{0.1 * reference.q:.3g} (residual 5.0e-03), a start at 10x its q and Sigma ran "
                 f"off with the lowest objective") in res.message
     else:
         assert res.converged and res.q == reference.q and "converged from a start at 100x" in res.message

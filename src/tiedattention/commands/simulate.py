@@ -153,7 +153,8 @@ def _warn_large_norm_branch(se_records: dict[Any, dict[str, Any]], solver: str, 
         return
     from ..theory.state_evolution import NOTE_STALLED_START, NOTE_TWO_POINTS
 
-    # (the exact notes: the Delta-continuation's "cold start stalled, continued from ..." is no large-norm branch)
+    # (the exact notes: the Delta- and lambda-continuations' "cold start stalled, continued from ..." and "cold start
+    # stalled (q = ...), continued from ..." are no large-norm branch)
     hit = sorted({r["alpha"] for r in se_records.values() if r.get("converged")
                   and any(x in str(r.get("message", "")) for x in (NOTE_TWO_POINTS, NOTE_STALLED_START))})
     if hit:

@@ -126,7 +126,7 @@ def theory(
             err.print(f"wrote {paths[0]} and {paths[1]}", markup=False, highlight=False)
     if not rs_stability:
         _note_prox_switching(records)
-    _note_two_points(records)
+    _note_branches(records)
     if json:
         for rec in records:
             emit_json(rec)
@@ -195,17 +195,20 @@ def _note_prox_switching(records: list[dict], share: float | None = None) -> Non
                "(docs/theory/stability.md)", err=True)
 
 
-def _note_two_points(records: list[dict]) -> None:
-    """A note on stderr per converged point where the SE found two fixed points (``_scaled_starts``): the one shown
-    has the lower RS objective, and the note says whether it is RS-stable (docs/theory/state_evolution.md, "Two fixed
-    points and RS stability")."""
-    from ..theory.state_evolution import NOTE_TWO_POINTS
+def _note_branches(records: list[dict]) -> None:
+    """A note on stderr per converged point whose fixed point came from a start scaled up from the cold solve's
+    (``_scaled_starts``): "two fixed points: ..." (the one shown has the lower RS objective; the note says whether it
+    is RS-stable) or "cold start stalled at q = ..., converged from a start at ... (..., AT = ...)". Either can be a
+    large-norm branch that a trainer from a small start does not reach (docs/theory/state_evolution.md, "Two fixed
+    points and RS stability"). The notes hold no "; ", which separates the notes of a message."""
+    from ..theory.state_evolution import NOTE_STALLED_START, NOTE_TWO_POINTS
 
     for r in records:
-        message = str(r.get("message") or "")
-        if r["converged"] and NOTE_TWO_POINTS in message:
-            note = message[message.index(NOTE_TWO_POINTS):].split("; ")[0]
-            typer.echo(f"note: α = {r['alpha']:.4g}: {note}", err=True)
+        if not r["converged"]:
+            continue
+        for note in str(r.get("message") or "").split("; "):
+            if note.startswith((NOTE_TWO_POINTS, NOTE_STALLED_START)):
+                typer.echo(f"note: α = {r['alpha']:.4g}: {note}", err=True)
 
 
 def _at(problem: Problem, rec: dict) -> Problem:

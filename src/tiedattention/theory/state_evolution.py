@@ -646,7 +646,9 @@ class StateEvolution:
         if not again.converged:
             stalled.iterations = again.iterations
             return stalled
-        _add_note(again, f"cold start stalled at q = {stalled.q:.3g} (residual {stalled.residual:.1e}); continued "
+        # (not NOTE_STALLED_START, which marks a large-norm branch for simulate --theory: this point is the one the
+        # lambda -> lambda_above branch leads to, not a start scaled up from the stall)
+        _add_note(again, f"cold start stalled (q = {stalled.q:.3g}, residual {stalled.residual:.1e}), continued "
                          f"from the fixed point at lambda = {lam_above:.3g}")
         return again
 
@@ -1159,7 +1161,7 @@ class StateEvolution:
         if s is None:
             return out
         if runaway:
-            _add_note(out, f"{NOTE_STALLED_START}{q:.3g} (residual {base.residual:.1e}); a start at {s:g}x its q and "
+            _add_note(out, f"{NOTE_STALLED_START}{q:.3g} (residual {base.residual:.1e}), a start at {s:g}x its q and "
                            f"Sigma ran off with the lowest objective of the scaled starts {NOISE_SCALES}, "
                            f"{out.objective:.5g}")
         elif base.converged:
@@ -1176,8 +1178,8 @@ class StateEvolution:
             _add_note(out, note)
         else:
             at = self._rs_at(alpha, out)
-            _add_note(out, f"{NOTE_STALLED_START}{q:.3g} (residual {base.residual:.1e}); converged from a start "
-                           f"at {s:g}x its q and Sigma (the lowest objective of the scaled starts {NOISE_SCALES}; "
+            _add_note(out, f"{NOTE_STALLED_START}{q:.3g} (residual {base.residual:.1e}), converged from a start "
+                           f"at {s:g}x its q and Sigma (the lowest objective of the scaled starts {NOISE_SCALES}, "
                            f"AT = {at:.3g}{': RS-unstable' if not at < 1.0 else ''})")
         return out
 
