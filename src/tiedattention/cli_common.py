@@ -226,14 +226,39 @@ def progress_bar(console: Any = None, disable: bool = False) -> Any:
     return Progress(console=console, transient=True, disable=disable or not console.is_terminal)
 
 
+# the options of a table title, in order, with their symbols (problem_title)
+_TITLE_SYMBOLS = {"target": "", "model": "", "task": "", "noise": "Δ=", "noise_out": "Δ_out=", "lam": "λ=",
+                  "tokens": "T=", "kappa": "κ=", "beta": "β=", "beta0": "β0="}
+
+
+def problem_title(problem: Problem, always: tuple[str, ...] = ("target", "noise", "lam", "tokens"),
+                  skip: tuple[str, ...] = ()) -> str:
+    """The problem as a table title: the options in ``always``, and every other one that differs from its default
+    (Problem.from_options()), except those in ``skip``; numbers to 6 digits, e.g. "mp:0.823 Δ=0.0307407
+    Δ_out=0.136091 λ=1.45453e-05 T=2 β0=2.53497". A title that named only target, Δ, λ and T hid the output noise,
+    temperatures, width and model a table was computed at."""
+    options, default = problem.options(), Problem.from_options().options()
+    words = []
+    for name, symbol in _TITLE_SYMBOLS.items():
+        value = options[name]
+        if name in skip or (name not in always and value == default[name]):
+            continue
+        words.append(f"{symbol}{value:g}" if isinstance(value, float) else f"{symbol}{value}")
+    return " ".join(words)
+
+
 def print_table(table: Any, min_width: int = 0) -> None:
     """Print a rich table on stdout at a width that fits its columns: the terminal's width, or the table's
     natural width where that is wider (piped output gets rich's 80 columns, which would cut numbers to '0.38…')."""
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.measure import Measurement
 
     console = Console()
     need = Measurement.get(console, console.options.update_width(10_000), table).maximum
+    title = cell_len(str(table.title or ""))
+    if title > need:  # rich wraps a title to the table's width: widen the table instead
+        table.min_width = need = title
     width = max(console.width, need, min_width)
     (console if width == console.width else Console(width=width)).print(table)
 

@@ -22,6 +22,7 @@ from ..cli_common import (
     emit_json,
     parse_floats,
     print_table,
+    problem_title,
     progress_bar,
     with_problem,
 )
@@ -142,7 +143,7 @@ def decompose(
             if json:
                 emit_json(rec)
     if not json:
-        table = Table(title=f"error decomposition: {problem.options()['target']}")
+        table = Table(title=f"error decomposition: {problem_title(problem)}")
         for col in ("α", "e_test", "e_0", "E_over", "E_under", "E_approx", "E_mismatch", "MSE", "k*", "conv"):
             table.add_column(col, justify="right")
         for r in records:

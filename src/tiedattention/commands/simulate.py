@@ -17,6 +17,7 @@ from ..cli_common import (
     parse_dimensions,
     parse_floats,
     print_table,
+    problem_title,
     progress_bar,
     sigterm_as_interrupt,
     with_problem,
@@ -346,8 +347,7 @@ def simulate(
                    f"{', '.join(f'{a:.4g}' for a in unconverged_se)} (se_converged: false)", err=True)
     if not json and shown:
         title = label if len(dims) == 1 else f"{label} and the 1/d fit"
-        table = Table(title=f"simulation ({solver}, {title}, {seeds} seeds): {problem.task.target} "
-                      f"Δ={problem.task.noise} λ={problem.student.lam}",
+        table = Table(title=f"simulation ({solver}, {title}, {seeds} seeds): {problem_title(problem)}",
                       caption="test/clean: test error against noisy/clean labels; rank: fraction of eig > 1e-6 max"
                       + ("; d = ∞: intercept a of y = a + b/d over the d above" if len(dims) > 1 else "")
                       + ("; SE: state evolution " + ("(d → ∞)" if limit_theory else "at each d")

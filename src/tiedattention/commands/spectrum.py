@@ -19,6 +19,7 @@ from ..cli_common import (
     check_output_file,
     cli_errors,
     emit_json,
+    problem_title,
     progress_bar,
     with_problem,
 )
@@ -221,7 +222,7 @@ def _draw(sp, ev, out: Path, problem, alpha: float, joint: list[float] | None = 
     lam = np.linspace(0.0, 1.05 * top, 600)[1:]
     dens = sp.density(lam)
     ax1.plot(lam, dens, color="C0", label=f"theory (atom at 0: {sp.atom_zero:.3f})")
-    sv = np.sqrt(lam)
+    sv = np.linspace(0.0, math.sqrt(1.05 * top), 600)[1:]  # (sqrt of the eigenvalue grid left a gap below 0.08)
     ax2.plot(sv, sp.singular_density(sv), color="C0", label="theory")
     if ev is not None:
         nz = ev[ev > 0]
@@ -242,11 +243,11 @@ def _draw(sp, ev, out: Path, problem, alpha: float, joint: list[float] | None = 
         ax2.axvline(math.sqrt(max(e, 0.0)), color="C2", ls=":", lw=1.0, label=lab)
     ax1.set_xlabel("eigenvalue of Ŝ")
     ax1.set_ylabel("density")
-    ax2.set_xlabel("singular value of W/(pd)^{1/4}")
+    ax2.set_xlabel("singular value of W/(pd)$^{1/4}$")
     ax1.legend(fontsize=8)
     ax2.legend(fontsize=8)
-    fig.suptitle(f"learned spectrum: {problem.task.target}, α={alpha:g}, λ={problem.student.lam:g}, "
-                 f"Δ={problem.task.noise:g}, κ={problem.student.kappa:g}")
+    fig.suptitle(f"learned spectrum at α={alpha:g}: "
+                 f"{problem_title(problem, always=('target', 'noise', 'lam', 'tokens', 'kappa'))}")
     fig.tight_layout()
     try:
         atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=120, format=Path(out).suffix[1:].lower()))

@@ -15,6 +15,7 @@ from ..cli_common import (
     emit_json,
     parse_floats,
     print_table,
+    problem_title,
     progress_bar,
     with_problem,
 )
@@ -132,9 +133,9 @@ def theory(
             emit_json(rec)
         _exit_if_unconverged(records)
         return
-    o = problem.options()
-    lam_title = "λ optimal per α" if optimal_lam else f"λ={o['lam']}"
-    table = Table(title=f"state evolution: {o['target']} Δ={o['noise']} {lam_title} T={o['tokens']}")
+    title = problem_title(problem, skip=("lam",) if optimal_lam else ())
+    table = Table(title=f"state evolution: {title}{' λ optimal per α' if optimal_lam else ''}"
+                        f"{f' d={d}' if d is not None else ''}")
     cols = ("α", "ᾱ") + (("λ_opt",) if optimal_lam else ()) + (
         "test error", "±", "test (clean)", "train error", "MSE on S", "rank", "conv", "s")
     for col in cols + (("AT", "switch %") if rs_stability else ()) + ((f"test (d={finite_d})",) if finite_d else ()):

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, print_table, with_problem
+from ..cli_common import JsonOpt, check_dimension, cli_errors, emit_json, print_table, problem_title, with_problem
 from ..problem import Problem
 
 
@@ -32,8 +32,8 @@ def thresholds_cmd(
     if json:
         emit_json(th)
         return
-    o = problem.options()
-    table = Table(title=f"thresholds: {o['target']} (κ0 = {th['kappa0']:.4g}), Δ = {o['noise']}, T = {o['tokens']}")
+    title = problem_title(problem, always=("target", "noise", "tokens"), skip=("lam", "beta", "beta0"))
+    table = Table(title=f"thresholds: {title} (κ0 = {th['kappa0']:.4g})")
     for col in ("threshold", "ᾱ", "α = n/d²"):
         table.add_column(col, justify="right")
     for name in ("interpolation", "perfect_recovery_factorized", "perfect_recovery_direct", "bayes_optimal"):

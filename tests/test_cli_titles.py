@@ -1,0 +1,39 @@
+"""Table titles name the problem a table was computed at: target, Δ, λ, T always, and every other option that
+differs from its default (a title of target, Δ, λ and T alone hid the output noise, temperatures, width and model)."""
+
+import pytest
+from typer.testing import CliRunner
+
+from tiedattention import Problem
+from tiedattention.cli import app
+from tiedattention.cli_common import problem_title
+
+
+def test_default_problem_names_only_the_fixed_options():
+    assert problem_title(Problem.from_options()) == "mp:0.5 Δ=0.5 λ=0.01 T=2"
+
+
+def test_every_option_off_its_default_is_named_in_order():
+    p = Problem.from_options(target="powerlaw:1.5", noise=0.0307407208, noise_out=0.136, lam=1.45453e-5, tokens=3,
+                             beta=2.0, beta0=0.5, kappa=1.5, model="direct", task="seq2seq")
+    assert problem_title(p) == ("powerlaw:1.5 direct seq2seq Δ=0.0307407 Δ_out=0.136 λ=1.45453e-05 T=3 κ=1.5 β=2 "
+                                "β0=0.5")
+
+
+def test_always_and_skip():
+    p = Problem.from_options(beta0=2.0, lam=0.1)
+    assert problem_title(p, always=("target",), skip=("lam", "beta0")) == "mp:0.5"
+    assert problem_title(p, always=("target", "kappa")) == "mp:0.5 λ=0.1 κ=1 β0=2"
+
+
+@pytest.mark.parametrize("args, title", [
+    (["thresholds", "--noise-out", "0.1", "--kappa", "0.5", "--beta", "2"],
+     "thresholds: mp:0.5 Δ=0.5 Δ_out=0.1 T=2 κ=0.5 (κ0 = 0.5)"),  # (β does not enter the thresholds)
+    (["theory", "--alpha", "0.5", "--beta0", "2", "--noise-out", "0.1"],
+     "state evolution: mp:0.5 Δ=0.5 Δ_out=0.1 λ=0.01 T=2 β0=2"),
+])
+def test_cli_title_is_whole_on_its_first_line(args, title):
+    """The title is printed on one line even where it is wider than the table (rich wrapped it to the columns)."""
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0].strip() == title
