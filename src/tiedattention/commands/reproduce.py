@@ -27,9 +27,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress on stderr")] = True,
     ) -> None:
-        """Reproduce a figure of the study: state evolution as lines, simulations as points with standard
-        errors (trained with L-BFGS in fig2, fig3, fig4 and fig6, with the proximal solver on S in fig1, fig5 and
-        fig7-fig10). Writes OUT/NAME.png, .pdf and .parquet (the plotted data); interrupted runs resume from
+        """Reproduce a figure of the study: state evolution as lines, simulations as points with standard errors.
+
+        Simulations are trained with L-BFGS in fig2, fig3, fig4 and fig6, with the proximal solver on S in fig1,
+        fig5 and fig7-fig10. Writes OUT/NAME.png, .pdf and .parquet (the plotted data); interrupted runs resume from
         OUT/store. Figures: see docs/gallery.md."""
         from ..reproduce import FIGURES, figure_module
         from ..reproduce import reproduce as run_figure

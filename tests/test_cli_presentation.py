@@ -1,5 +1,6 @@
-"""Table titles name the problem a table was computed at: target, Δ, λ, T always, and every other option that
-differs from its default (a title of target, Δ, λ and T alone hid the output noise, temperatures, width and model)."""
+"""How the CLI presents itself: table titles name the problem a table was computed at (target, Δ, λ, T always, and
+every other option that differs from its default: a title of target, Δ, λ and T alone hid the output noise,
+temperatures, width and model), and the top-level help lists each command on one line."""
 
 import pytest
 from typer.testing import CliRunner
@@ -37,3 +38,15 @@ def test_cli_title_is_whole_on_its_first_line(args, title):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0].strip() == title
+
+
+def test_each_command_is_one_line_in_the_top_level_help():
+    """The command list shows each command's first paragraph: one line each at 120 columns (reproduce's long first
+    paragraph spilled onto three lines)."""
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "120"}, terminal_width=120)
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "Commands" in line)
+    rows = [line for line in lines[start + 1:] if line.startswith("│")]
+    names = [row.split()[1] for row in rows]
+    assert names == ["theory", "thresholds", "simulate", "spectrum", "scaling", "decompose", "sweep", "reproduce",
+                     "phase"], rows
