@@ -50,3 +50,27 @@ def test_each_command_is_one_line_in_the_top_level_help():
     names = [row.split()[1] for row in rows]
     assert names == ["theory", "thresholds", "simulate", "spectrum", "scaling", "decompose", "sweep", "reproduce",
                      "phase"], rows
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("x:1:3", "cannot read 'x:1:3' (expected a,b,c or start:stop:num)"),
+    ("0:1:3", "'0:1:3': start:stop:num is log-spaced, so start and stop must be finite and > 0"),
+    ("0.1:inf:3", "must be finite and > 0"),
+    ("0.1:1:0", "'0.1:1:0': num must be >= 1 (got 0)"),
+    ("0.5:0.5:3", "gives 3 identical values"),
+])
+def test_a_bad_range_says_what_is_wrong(text, fragment):
+    from tiedattention.cli_common import parse_floats
+    from tiedattention.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="alpha") as info:
+        parse_floats(text, "alpha")
+    assert fragment in str(info.value)
+
+
+def test_phase_over_a_range_from_zero_is_refused_in_one_line():
+    """noise_out=0:0.3:3 (a range from 0, which cannot be log-spaced) was 'cannot read', as if the form were wrong."""
+    result = CliRunner().invoke(app, ["phase", "--alpha", "0.1:2:4", "--over", "noise_out=0:0.3:3"])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--over" in lines[0] and "log-spaced" in lines[0] and "a list a,b,c" in lines[0]

@@ -126,13 +126,17 @@ def parse_floats(text: str, name: str = "alpha", positive: bool = True) -> list[
         if ":" in text:
             a, b, k = text.split(":")
             lo, hi, num = float(a), float(b), int(k)
-            if lo <= 0 or hi <= 0 or num < 1:
-                raise ValueError
-            values = list(np.geomspace(lo, hi, num))
         else:
             values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ParameterError(name, f"cannot read '{text}' (expected a,b,c or start:stop:num)") from None
+    if lo is not None:  # (the form was right: say what is wrong with the numbers, not that it cannot be read)
+        if not (lo > 0 and hi > 0 and math.isfinite(lo) and math.isfinite(hi)):
+            raise ParameterError(name, f"'{text}': start:stop:num is log-spaced, so start and stop must be finite and "
+                                       f"> 0 (a list a,b,c takes any values)")
+        if num < 1:
+            raise ParameterError(name, f"'{text}': num must be >= 1 (got {num})")
+        values = list(np.geomspace(lo, hi, num))
     if lo is not None and lo == hi and num > 1:
         raise ParameterError(name, f"'{text}' gives {num} identical values (start = stop): give start != stop or num 1")
     if not values:
