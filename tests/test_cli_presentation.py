@@ -74,3 +74,14 @@ def test_phase_over_a_range_from_zero_is_refused_in_one_line():
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--over" in lines[0] and "log-spaced" in lines[0] and "a list a,b,c" in lines[0]
+
+
+def test_scaling_summary_is_one_line_with_a_rounded_ci():
+    """The summary printed the CI as a Python list of full floats, wrapped at 80 columns when piped."""
+    import re
+
+    result = CliRunner().invoke(app, ["scaling", "--target", "powerlaw:2", "--n-range", "1e3:1e6", "--points", "8"])
+    assert result.exit_code == 0, result.output
+    line = result.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"fitted exponent 0\.\d{4}, 95 % OLS CI \[0\.\d{4}, 0\.\d{4}\] \(narrow: scaling\.md §7\); "
+                        r"predicted 0\.7500: optimal lambda: f = 1 - 1/\(2 gamma\)", line), line

@@ -191,8 +191,11 @@ def scaling(
     print_table(table)
     con = Console()
     fe = summary["fitted_exponent"]
-    con.print(f"fitted exponent {fe if fe is None else round(fe, 4)} (CI {summary['fitted_exponent_ci']}), "
-              f"predicted {f_pred:.4f}: {regime}")
+    ci = summary["fitted_exponent_ci"]
+    # (the OLS CI ignores the emergence kinks' correlated residuals: too narrow, docs/theory/scaling.md §7)
+    ci_text = f", 95 % OLS CI [{ci[0]:.4f}, {ci[1]:.4f}] (narrow: scaling.md §7)" if ci and None not in ci else ""
+    con.print(f"fitted exponent {fe if fe is None else round(fe, 4)}{ci_text}; predicted {f_pred:.4f}: {regime}",
+              markup=False, highlight=False, soft_wrap=True)
     if fe is None:
         con.print(f"no fit: {summary['message']}")
     if joint_law:
