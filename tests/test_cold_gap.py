@@ -77,6 +77,28 @@ def test_a_cold_re_solve_that_fails_leaves_the_point_unconverged(monkeypatch):
     assert not res.converged and res.message.startswith(COLD_GAP) and len(seen) == 1
 
 
+def test_the_warnings_of_a_cold_re_solve_not_returned_stay_quiet(monkeypatch):
+    """A cold re-solve that does not converge is not returned, so neither are its ConvergenceWarnings (its prox
+    residuals say nothing about the point reported); the point's own "did not converge" warning still is."""
+    import warnings
+
+    def stalling(self, alpha, init, zero_test=True):
+        warnings.warn("prox residual of the cold re-solve", ConvergenceWarning, stacklevel=2)
+        return SimpleNamespace(converged=False, phase="regular", q=float(init[0]), message="stalled", iterations=9)
+
+    _gap_at_first_solve(monkeypatch)
+    solver = StateEvolution(Problem.from_options(**QMC_POINT))
+    solver._cold_qmc = solver._qmc_resolver(solver._channel_options)
+    monkeypatch.setattr(solver._cold_qmc, "_solve_regular", stalling.__get__(solver._cold_qmc))
+    monkeypatch.setattr(solver, "_scaled_starts", lambda alpha, solver, base, zero_test: base)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = solver.solve(ALPHA)
+    said = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert not res.converged and "the cold map from it did not converge" in res.message
+    assert not any("cold re-solve" in w for w in said) and any("did not converge" in w for w in said), said
+
+
 def test_no_cold_re_solve_for_gauss_hermite_points(monkeypatch):
     """Gauss-Hermite points iterate the cold map in their last stage already: the message never arises there, and a
     point that carried it is not re-solved by the QMC cold map (the default problem, T = 2 without output noise,

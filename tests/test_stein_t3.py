@@ -230,6 +230,37 @@ def test_no_cold_fallback_after_a_warm_runaway(jacobian_point):
     assert "cold map not tried: the warm re-solve ran off to q = " in res.message
 
 
+@pytest.mark.parametrize("converges", [False, True])
+def test_a_stein_re_solve_s_convergence_warnings_reach_the_caller_only_if_its_point_is_returned(jacobian_point,
+                                                                                               converges):
+    """A Stein re-solve that fails can run off first (direct model, T = 3, lambda = 0, output noise, alpha = 0.14: to
+    Sigma ~ 1e15), and its excursion's prox-residual warnings (34, up to 0.38) reached the caller of a point that was
+    then reported converged from the Jacobian forms. Now they do only where the Stein point is the one returned."""
+    import dataclasses
+    import warnings
+
+    from tiedattention.errors import ConvergenceWarning
+
+    se = StateEvolution(BAND, channel_options=RULE)
+
+    class Fake:
+        _quadrature = "qmc4x2^10"
+
+        def _solve_regular(self, alpha, x0, zero_test=True):
+            warnings.warn("prox residual of the Stein re-solve", ConvergenceWarning, stacklevel=2)
+            return dataclasses.replace(jacobian_point, converged=converges, iterations=3,
+                                       message="" if converges else "stalled at residual 1.1e-01")
+
+    se._stein, se._stein_cold = Fake(), Fake()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = se.solve(A_BAND)
+    said = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert res.converged
+    assert ("Stein forms of m_hat, sigma_hat" in res.message) == converges
+    assert said == (["prox residual of the Stein re-solve"] if converges else []), said
+
+
 @pytest.mark.slow  # ~3.5 min on one core of the 2-core machine (2026-12-01: 207 s)
 def test_t4_output_noise_point_converges_through_the_cold_map():
     """T = 4, Delta_out = 0.1, Delta = 0.01, beta = 0.3, lambda = 1e-3, alpha = 0.05 (found by the option sweep of

@@ -854,6 +854,32 @@ class StateEvolution:
         share = res.errors["branch_share"]
         why = (f"branch share {share:.1e} > {self.stein_switch:g} at the Jacobian forms' fixed point (test error "
                f"{res.test_error:.5f}, residual {res.residual:.1e})")
+        # the re-solves' warnings wait until it is known whether their point is returned: a re-solve that fails can
+        # run off (direct model, T = 3, lambda = 0, output noise, alpha = 0.14: to q ~ 2e5, Sigma ~ 1e15), and the
+        # prox-residual warnings of its excursion (34, up to 0.38) said nothing about the Jacobian point returned
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out, fail = self._stein_attempts(alpha, res)
+        kept = out is not None and out.converged and out.phase == "regular"
+        _reissue(caught, convergence=kept)
+        if kept:
+            out.iterations += res.iterations
+            note = f"Stein forms of m_hat, sigma_hat: {why}"
+            if res.message:
+                note += f"; Jacobian forms: {res.message}"
+            _add_note(out, note)
+            return out
+        if out is not None:
+            res.iterations += out.iterations
+        note = f"Jacobian forms kept although the {why}: the Stein re-solve from it did not converge ({fail})"
+        _add_note(res, note)
+        return res
+
+    def _stein_attempts(self, alpha: float, res: SEResult) -> tuple[SEResult | None, str]:
+        """The Stein re-solves of :meth:`_stein_resolve`: warm from the Jacobian forms' point, then (QMC) on the
+        cold map. Returns (the last result, None where the warm one raised and no cold one converged; why the warm
+        one failed, with the cold map's reason where that failed too). Iterations of failed cold solves are added
+        to ``res``."""
         try:
             out = self._stein._solve_regular(alpha, res.x, zero_test=False)
         except _SOLVE_ERRORS as exc:
@@ -868,18 +894,7 @@ class StateEvolution:
             else:
                 fail += f"; {cold_fail}"
                 res.iterations += spent
-        if out is not None and out.converged and out.phase == "regular":
-            out.iterations += res.iterations
-            note = f"Stein forms of m_hat, sigma_hat: {why}"
-            if res.message:
-                note += f"; Jacobian forms: {res.message}"
-            _add_note(out, note)
-            return out
-        if out is not None:
-            res.iterations += out.iterations
-        note = f"Jacobian forms kept although the {why}: the Stein re-solve from it did not converge ({fail})"
-        _add_note(res, note)
-        return res
+        return out, fail
 
     def _cold_gap_resolve(self, alpha: float, res: SEResult) -> SEResult:
         """A QMC point whose warm-started iteration converged (or stalled far below the gap) but whose cold map misses
@@ -890,7 +905,10 @@ class StateEvolution:
         cold point (``message`` says so) or ``res`` with why not; every iteration is counted."""
         if self._cold_qmc is None:
             self._cold_qmc = self._qmc_resolver(self._channel_options)
-        out, why = _cold_map_solve(self._cold_qmc, alpha, res.x, res.q, "warm-started point's")
+        with warnings.catch_warnings(record=True) as caught:  # (reissued as in _stein_resolve)
+            warnings.simplefilter("always")
+            out, why = _cold_map_solve(self._cold_qmc, alpha, res.x, res.q, "warm-started point's")
+        _reissue(caught, convergence=out is not None and not why)
         if out is None:
             _add_note(res, f"the cold map from it raised {why}")
             return res
