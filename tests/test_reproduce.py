@@ -121,7 +121,7 @@ def test_help_names_each_figures_solver():
     import typer
 
     text = " ".join(typer.main.get_command(app).commands["reproduce"].help.split())
-    found = re.search(r"L-BFGS in (.*?), with the proximal solver on S in (.*?)\)", text)
+    found = re.search(r"L-BFGS in (.*?), with the proximal solver on S in (.*?)\.", text)
     assert found, text
 
     def names(group: str) -> set[str]:

@@ -961,7 +961,14 @@ class ChannelMoments:
     # E[|  ||g_0||^2 - ||g_1||^2 | ; two minima] / E||g||^2.
     # Zero where the prox is convex; the SE switches T = 2 to a QMC rule when it is large (state_evolution.md)
     branch_share: float = 0.0
+    # the largest prox residual over its node's allowance (max(tol, 1e-9, round-off floor)): > 1 where a prox did not
+    # converge (the PROX_WARNING condition); 0 where none exceeded tol
+    prox_excess: float = 0.0
 
+
+# the ConvergenceWarning of an evaluation whose proxes did not all converge (StateEvolution.solve keeps it for the
+# reported point's own evaluation only: those of the iterates on the way say nothing about the answer)
+PROX_WARNING = "SoftmaxChannel.moments: a prox residual above tol and its node's round-off floor"
 
 _KEYS = ("q_hat", "m_hat", "sigma_hat", "train_error", "loss_mean", "envelope", "m_hat_stein", "sigma_hat_stein")
 
@@ -1322,10 +1329,7 @@ class SoftmaxChannel:
             val[k] *= two_a
             err[k] *= two_a
         if excess > 1.0:
-            warnings.warn(
-                f"SoftmaxChannel.moments: a prox residual above tol and its node's round-off floor (max residual "
-                f"{max_res:.2e})", ConvergenceWarning, stacklevel=2
-            )
+            warnings.warn(f"{PROX_WARNING} (max residual {max_res:.2e})", ConvergenceWarning, stacklevel=2)
         stein = {"m_hat": val["m_hat_stein"], "sigma_hat": val["sigma_hat_stein"], "m_hat_err": err["m_hat_stein"],
                  "sigma_hat_err": err["sigma_hat_stein"]}
         if self.conjugates == "stein" and math.isfinite(val["m_hat_stein"]) and math.isfinite(val["sigma_hat_stein"]):
@@ -1349,6 +1353,7 @@ class SoftmaxChannel:
             jac_sq=val["jac_sq"] if jacobian else None,
             jac_sq_error=err["jac_sq"] if jacobian else None,
             branch_share=val["branch"] / val["q_hat"] * two_a if val["q_hat"] > 0 else 0.0,
+            prox_excess=excess,
         )
 
     # ---------------------------------------------------------------------------------------------
