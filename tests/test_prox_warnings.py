@@ -44,7 +44,8 @@ def test_a_converged_point_drops_the_prox_warnings_of_the_way(monkeypatch, point
 def test_a_converged_point_whose_own_evaluation_has_a_bad_prox_says_so_once(monkeypatch, point):
     said = _solve_with(monkeypatch, point, True, 12.0)
     assert said[0] == "another warning" and len(said) == 2
-    assert said[1] == f"state evolution at alpha=0.5: {PROX_WARNING} at the reported fixed point (12 times its allowance)"
+    assert said[1] == (f"state evolution at alpha=0.5: {PROX_WARNING} at the reported fixed point (12 times its "
+                       "allowance)")
 
 
 def test_an_unconverged_point_keeps_every_warning(monkeypatch, point):
