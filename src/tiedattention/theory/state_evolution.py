@@ -1932,7 +1932,7 @@ def _reissue_prox(caught: list[warnings.WarningMessage], res: SEResult) -> None:
     point without the channel's PROX_WARNINGs of the evaluations on the way, and with one where the point's own
     evaluation has a prox above its allowance (``errors["prox_excess"]`` > 1). Hard sweep seed 37: a stalled cold
     start (q = 719) warned of a prox residual of 1.0, then the point converged by continuation in lambda; seed 38: 10
-    such warnings (up to 3.8e-7) from the Gauss-Hermite solve of a point re-solved with the QMC rule."""
+    such warnings (up to 3.8e-7) on the way of a point solved with Gauss-Hermite and re-solved with the QMC rule."""
     converged = bool(res.converged)
     for w in caught:
         if converged and issubclass(w.category, ConvergenceWarning) and str(w.message).startswith(PROX_WARNING):
