@@ -32,6 +32,9 @@ def test_always_and_skip():
      "thresholds: mp:0.5 Δ=0.5 Δ_out=0.1 T=2 κ=0.5 (κ0 = 0.5)"),  # (β does not enter the thresholds)
     (["theory", "--alpha", "0.5", "--beta0", "2", "--noise-out", "0.1"],
      "state evolution: mp:0.5 Δ=0.5 Δ_out=0.1 λ=0.01 T=2 β0=2"),
+    (["theory", "--alpha", "0.5", "--d", "100"], "state evolution: mp:0.5 Δ=0.5 λ=0.01 T=2"),  # (MP: no d)
+    (["theory", "--alpha", "0.5", "--d", "100", "--target", "powerlaw:1.5"],
+     "state evolution: powerlaw:1.5 Δ=0.5 λ=0.01 T=2 d=100"),
 ])
 def test_cli_title_is_whole_on_its_first_line(args, title):
     """The title is printed on one line even where it is wider than the table (rich wrapped it to the columns)."""

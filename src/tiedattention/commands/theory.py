@@ -135,7 +135,7 @@ def theory(
         return
     title = problem_title(problem, skip=("lam",) if optimal_lam else ())
     table = Table(title=f"state evolution: {title}{' λ optimal per α' if optimal_lam else ''}"
-                        f"{f' d={d}' if d is not None else ''}")
+                        f"{f' d={d}' if d is not None and problem.task.target.needs_d else ''}")
     cols = ("α", "ᾱ") + (("λ_opt",) if optimal_lam else ()) + (
         "test error", "±", "test (clean)", "train error", "MSE on S", "rank", "conv", "s")
     for col in cols + (("AT", "switch %") if rs_stability else ()) + ((f"test (d={finite_d})",) if finite_d else ()):
