@@ -152,12 +152,12 @@ def _warn_large_norm_branch(se_records: dict[Any, dict[str, Any]], solver: str, 
     logit noise: past the fold"), so the comparison would be with the other branch."""
     if scaled:
         return
-    from ..theory.state_evolution import NOTE_STALLED_START, NOTE_TWO_POINTS
+    from ..theory.state_evolution import scaled_start_notes
 
     # (the exact notes: the Delta- and lambda-continuations' "cold start stalled, continued from ..." and "cold start
     # stalled (q = ...), continued from ..." are no large-norm branch)
     hit = sorted({r["alpha"] for r in se_records.values() if r.get("converged")
-                  and any(x in str(r.get("message", "")) for x in (NOTE_TWO_POINTS, NOTE_STALLED_START))})
+                  and scaled_start_notes(str(r.get("message", "")))})
     if hit:
         how = "add --scaled-starts 3" if solver == "prox" else "use --solver prox --scaled-starts 3"
         typer.echo(f"warning: α = {', '.join(f'{a:.4g}' for a in hit)}: the state evolution's fixed point is a "

@@ -201,15 +201,14 @@ def _note_branches(records: list[dict]) -> None:
     (``_scaled_starts``): "two fixed points: ..." (the one shown has the lower RS objective; the note says whether it
     is RS-stable) or "cold start stalled at q = ..., converged from a start at ... (..., AT = ...)". Either can be a
     large-norm branch that a trainer from a small start does not reach (docs/theory/state_evolution.md, "Two fixed
-    points and RS stability"). The notes hold no "; ", which separates the notes of a message."""
-    from ..theory.state_evolution import NOTE_STALLED_START, NOTE_TWO_POINTS
+    points and RS stability")."""
+    from ..theory.state_evolution import scaled_start_notes
 
     for r in records:
         if not r["converged"]:
             continue
-        for note in str(r.get("message") or "").split("; "):
-            if note.startswith((NOTE_TWO_POINTS, NOTE_STALLED_START)):
-                typer.echo(f"note: α = {r['alpha']:.4g}: {note}", err=True)
+        for note in scaled_start_notes(str(r.get("message") or "")):
+            typer.echo(f"note: α = {r['alpha']:.4g}: {note}", err=True)
 
 
 def _at(problem: Problem, rec: dict) -> Problem:

@@ -34,7 +34,7 @@ import inspect
 import math
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -574,10 +574,8 @@ class StateEvolution:
         t0 = time.perf_counter()
         # the channel's prox warnings wait for the answer: those of iterates on the way (a re-solve's excursion, a
         # stalled start continued from elsewhere) said nothing about a converged point; its own evaluation's do
-        caught: list[warnings.WarningMessage] = []
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+            with _recording() as caught:
                 res = self._solve_point(alpha, init)
         except BaseException:  # (a solve that raises keeps every warning it gave)
             _reissue(caught, convergence=True)
@@ -872,11 +870,9 @@ class StateEvolution:
         # the re-solves' warnings wait until it is known whether their point is returned: a re-solve that fails can
         # run off (direct model, T = 3, lambda = 0, output noise, alpha = 0.14: to q ~ 2e5, Sigma ~ 1e15), and the
         # prox-residual warnings of its excursion (34, up to 0.38) said nothing about the Jacobian point returned
-        caught: list[warnings.WarningMessage] = []
         out, kept = None, True  # (kept while unknown: a re-solve that raises keeps its warnings)
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+            with _recording() as caught:
                 out, fail = self._stein_attempts(alpha, res)
             kept = out is not None and out.converged and out.phase == "regular"
         finally:
@@ -924,11 +920,9 @@ class StateEvolution:
         cold point (``message`` says so) or ``res`` with why not; every iteration is counted."""
         if self._cold_qmc is None:
             self._cold_qmc = self._qmc_resolver(self._channel_options)
-        caught: list[warnings.WarningMessage] = []
         out, why = None, ""
         try:  # (reissued as in _stein_resolve)
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+            with _recording() as caught:
                 out, why = _cold_map_solve(self._cold_qmc, alpha, res.x, res.q, "warm-started point's")
         finally:
             _reissue(caught, convergence=not why)  # (why is "" for a point returned, or an exception let through)
@@ -1181,8 +1175,7 @@ class StateEvolution:
         found, spent = ([(None, base)] if base.converged else []), base.iterations
         issued: dict[float, list[warnings.WarningMessage]] = {}  # each start's warnings, until one is chosen
         for s in scales:
-            with warnings.catch_warnings(record=True) as issued[s]:
-                warnings.simplefilter("always")
+            with _recording() as issued[s]:
                 try:
                     cand = solver._solve_regular(alpha, np.array([s * q, math.sqrt(s) * m, s * sigma]), zero_test)
                 except _SOLVE_ERRORS:
@@ -1715,12 +1708,10 @@ class StateEvolution:
         # the solves' warnings wait until the answer is known: a ConvergenceWarning of a warm solve that the cold one
         # then replaces said "did not converge" about a point reported converged (theory --noise 0 --lam 1e-5
         # --alpha 0.5,1,2 printed it at alpha = 1)
-        caught: list[warnings.WarningMessage] = []
         n_warm = None  # how many of ``caught`` the warm solve issued
         kept_cold = False
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
+            with _recording() as caught:
                 res = self.solve(alpha, init=init)
                 n_warm = len(caught)
                 # (a QMC re-solve is at its own noise floor: no cold solve either)
@@ -1917,6 +1908,22 @@ def _cold_map_solve(solver: StateEvolution, alpha: float, x0: np.ndarray, q_ref:
         return out, (f"ran off to q = {out.q:.3g} from q = {x0[0]:.3g} (more than {COLD_STEIN_SPAN:g}x the {ref} "
                      f"q = {q_ref:.3g}), not accepted")
     return out, ""
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[list[warnings.WarningMessage]]:
+    """Record every warning of the block (filter "always"), to be issued again by :func:`_reissue` or
+    :func:`_reissue_prox` once it is known whether the block's solve gives the answer."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+def scaled_start_notes(message: str) -> list[str]:
+    """The notes of ``message`` ("; "-separated) that :meth:`StateEvolution._scaled_starts` wrote where it reports a
+    point other than the cold solve's (NOTE_TWO_POINTS, NOTE_STALLED_START): a large-norm branch that a trainer from
+    a small start may not reach. Neither note holds "; "."""
+    return [note for note in message.split("; ") if note.startswith((NOTE_TWO_POINTS, NOTE_STALLED_START))]
 
 
 def _reissue(caught: list[warnings.WarningMessage], convergence: bool) -> None:
