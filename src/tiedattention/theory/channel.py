@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
+from typing import Any
 
 import numpy as np
 from scipy.special import expit, ndtri
@@ -412,21 +414,31 @@ def _solve_sym(A: np.ndarray, rhs: np.ndarray) -> np.ndarray:
         x0 = (d[:, None] * rhs[:, 0] - b[:, None] * rhs[:, 1]) / det[:, None]
         x1 = (a[:, None] * rhs[:, 1] - b[:, None] * rhs[:, 0]) / det[:, None]
         return np.stack([x0, x1], axis=1)
-    return np.linalg.solve(A, rhs)
+    try:
+        return np.linalg.solve(A, rhs)
+    except np.linalg.LinAlgError:
+        # numpy's batched solve raises for the whole batch if one matrix is singular, where the closed forms above
+        # give non-finite rows for that matrix alone (T = 4: one node's I + sigma H singular to round-off at a
+        # runaway's sigma aborted a Stein-forms evaluation, which needs no solve): the same here, NaN rows
+        ok = _batch_mask(A.shape[0], lambda idx: np.linalg.solve(A[idx], rhs[idx]))
+        out = np.full(rhs.shape, np.nan)
+        out[ok] = np.linalg.solve(A[ok], rhs[ok])
+        return out
 
 
-def _pd_mask(A: np.ndarray) -> np.ndarray:
-    """(N,) boolean: which matrices of the batch (N,n,n) are positive definite (Cholesky succeeds).
+def _batch_mask(size: int, op: Callable[[np.ndarray], Any]) -> np.ndarray:
+    """(size,) boolean: for which items of a batch ``op(idx)`` (a batched numpy.linalg call on the items ``idx``)
+    does not raise LinAlgError.
 
-    numpy's batched Cholesky fails for the whole batch if one matrix is not PD; bisecting the failing
-    batches locates those few matrices at the cost of a few more Cholesky passes (instead of an
-    eigendecomposition of every matrix)."""
-    out = np.ones(A.shape[0], dtype=bool)
-    stack = [np.arange(A.shape[0])]
+    numpy's batched Cholesky and solve fail for the whole batch if one matrix fails; bisecting the failing
+    batches locates those few matrices at the cost of a few more passes (instead of an eigendecomposition of
+    every matrix)."""
+    out = np.ones(size, dtype=bool)
+    stack = [np.arange(size)]
     while stack:
         idx = stack.pop()
         try:
-            np.linalg.cholesky(A[idx])
+            op(idx)
         except np.linalg.LinAlgError:
             if idx.size == 1:
                 out[idx] = False
@@ -434,6 +446,11 @@ def _pd_mask(A: np.ndarray) -> np.ndarray:
                 half = idx.size // 2
                 stack += [idx[:half], idx[half:]]
     return out
+
+
+def _pd_mask(A: np.ndarray) -> np.ndarray:
+    """(N,) boolean: which matrices of the batch (N,n,n) are positive definite (Cholesky succeeds)."""
+    return _batch_mask(A.shape[0], lambda idx: np.linalg.cholesky(A[idx]))
 
 
 def _modified_newton_step(A: np.ndarray, gf: np.ndarray, floor: np.ndarray) -> np.ndarray:
@@ -453,7 +470,16 @@ def _modified_newton_step(A: np.ndarray, gf: np.ndarray, floor: np.ndarray) -> n
         pd = _pd_mask(A)
         d = np.empty_like(gf)
         if pd.any():
-            d[pd] = -np.linalg.solve(A[pd], gf[pd][..., None])[..., 0]
+            try:
+                d[pd] = -np.linalg.solve(A[pd], gf[pd][..., None])[..., 0]
+            except np.linalg.LinAlgError:
+                # Cholesky can pass a matrix whose LU meets an exact zero pivot (an eigenvalue ~1e-17 of the loss's
+                # Hessian where 1/sigma ~ 1e-45: T = 4, a root finder's trial point far out, docs): those take the
+                # eigenvalue route below, with the floor
+                ipd = np.flatnonzero(pd)
+                ok = _batch_mask(ipd.size, lambda idx: np.linalg.solve(A[ipd[idx]], gf[ipd[idx]][..., None]))
+                pd[ipd[~ok]] = False
+                d[pd] = -np.linalg.solve(A[pd], gf[pd][..., None])[..., 0]
         if pd.all():
             return d
         bad = ~pd

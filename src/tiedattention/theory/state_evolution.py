@@ -1430,7 +1430,9 @@ class StateEvolution:
             nfev += 1
             try:
                 gy, _, _ = self._g(alpha, y)
-            except (ArithmeticError, ParameterError):  # (an OverflowError of exp(y) far out was a traceback)
+            except (ArithmeticError, ParameterError, np.linalg.LinAlgError):
+                # far out: an OverflowError of exp(y) was a traceback, and a singular prox Newton system at sigma
+                # ~ 1e44 (T = 4) aborted the whole solve
                 return np.full(3, 1e3)
             return gy - y
 
