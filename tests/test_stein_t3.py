@@ -159,11 +159,76 @@ def test_the_cold_fallback_refuses_a_runaway(jacobian_point, monkeypatch):
             return dataclasses.replace(jacobian_point, q=jacobian_point.q * 1e3, iterations=7, message="")
 
     se._stein_cold = RunAway()
+    # (the scaled Stein starts tried after it, below, would take the same fake's point: they are not tested here)
+    monkeypatch.setattr(se, "_stein_scaled_starts", lambda alpha, res, warm: None)
     res = se.solve(A_BAND)
     np.testing.assert_array_equal(_x(res), _x(jacobian_point))
     assert "ran off to q = " in res.message and f"more than {sem.COLD_STEIN_SPAN:g}x" in res.message
     # tried from the warm re-solve's end point (near the Jacobian point: 3 iterations) and from the Jacobian point
     assert len(starts) == 2 and np.array_equal(starts[1], _x(jacobian_point))
+
+
+class _FarStein:
+    """A cold Stein re-solver whose map has its fixed point far above the Jacobian point (T = 4, output noise 0.48,
+    lambda = 6.4e-3: q = 197 against 3.04): a start within 5x of the Jacobian q stalls, one above it converges
+    there, with a lower objective."""
+
+    _quadrature = "qmc4x2^10"
+
+    def __init__(self, jac):
+        self.jac, self.starts = jac, []
+
+    def _solve_regular(self, alpha, x0, zero_test=True):
+        import dataclasses
+
+        self.starts.append(np.asarray(x0, float))
+        if x0[0] < 5 * self.jac.q:
+            return dataclasses.replace(self.jac, converged=False, iterations=4, message="stalled at residual 1.3e-01")
+        return dataclasses.replace(self.jac, q=30 * self.jac.q, sigma=20 * self.jac.sigma, iterations=9,
+                                   objective=self.jac.objective - 0.01, message="converged to the quadrature accuracy")
+
+
+def test_a_stein_fixed_point_far_above_the_jacobian_one_is_found_from_scaled_starts(jacobian_point, monkeypatch):
+    """Warm Stein re-solve stalled (capped) and the cold map with it: the cold Stein map is solved from the warm end
+    point scaled by NOISE_SCALES, and the lowest converged point is reported, with the scaled starts' note (which
+    simulate --theory reads as a large-norm branch) and the Stein route's."""
+    from tiedattention.theory import state_evolution as sem
+
+    se = _capped(StateEvolution(BAND, channel_options=RULE))
+    se._stein_cold = far = _FarStein(jacobian_point)
+    monkeypatch.setattr(se, "_rs_at", lambda alpha, res: 0.25)
+    res = se.solve(A_BAND)
+    assert res.converged and res.quadrature == "qmc4x2^10+stein"
+    assert res.q == pytest.approx(30 * jacobian_point.q)
+    # the cold map from the warm end point and from the Jacobian point, then the scaled starts of the warm end point
+    assert len(far.starts) == 4
+    warm_end = far.starts[0]
+    for x0, s in zip(far.starts[2:], sem.NOISE_SCALES, strict=True):
+        np.testing.assert_allclose(x0, [s * warm_end[0], np.sqrt(s) * warm_end[1], s * warm_end[2]], rtol=1e-12)
+    notes = sem.scaled_start_notes(res.message)
+    assert len(notes) == 1 and notes[0].startswith(sem.NOTE_STEIN_STALLED)
+    assert f"converged from a start at {sem.NOISE_SCALES[0]:g}x its q and Sigma" in notes[0] and "AT = 0.25" in notes[0]
+    assert "Stein forms of m_hat, sigma_hat: branch share" in res.message
+    assert res.iterations > jacobian_point.iterations + 2 * 9
+
+
+def test_the_scaled_stein_starts_are_not_tried_at_lambda_0_nor_after_a_warm_run_off(jacobian_point, monkeypatch):
+    """At lambda = 0 a scaled start can run off (the span rule's reason), and where the warm re-solve itself ran past
+    COLD_STEIN_SPAN the Stein map runs off there: no scaled starts in either case."""
+    import dataclasses
+
+    stalled = dataclasses.replace(jacobian_point, converged=False, message="stalled at residual 1.3e-01")
+    at_zero = StateEvolution(BAND.with_options(lam=0.0), channel_options=RULE)
+    at_zero._stein_cold = far = _FarStein(jacobian_point)
+    assert at_zero._stein_scaled_starts(A_BAND, jacobian_point, stalled) is None
+    se = StateEvolution(BAND, channel_options=RULE)
+    se._stein_cold = far
+    monkeypatch.setattr(se, "_rs_at", lambda alpha, res: 0.25)
+    ran_off = dataclasses.replace(stalled, q=20 * jacobian_point.q)
+    assert se._stein_scaled_starts(A_BAND, jacobian_point, ran_off) is None
+    assert se._stein_scaled_starts(A_BAND, jacobian_point, None) is None
+    assert far.starts == []
+    assert se._stein_scaled_starts(A_BAND, jacobian_point, stalled) is not None and len(far.starts) == 2
 
 
 # ------------------------------------------------------------------------------------------------- slow ------------

@@ -81,6 +81,7 @@ NOISE_SAME = 1.1  # ... a start ending within this factor of the first point's q
 # branch: simulate --theory warns on them, as a trainer from a small start can end on the other minimiser)
 NOTE_TWO_POINTS = "two fixed points: "
 NOTE_STALLED_START = "cold start stalled at q = "
+NOTE_STEIN_STALLED = "Stein re-solve stalled at q = "  # (T >= 3: _stein_scaled_starts)
 # ... the lower of two fixed points (docs/theory/state_evolution.md, "Two fixed points and RS stability")
 NOTE_UNSTABLE = "but it is RS-unstable "
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
@@ -909,7 +910,29 @@ class StateEvolution:
             else:
                 fail += f"; {cold_fail}"
                 res.iterations += spent
+                far = self._stein_scaled_starts(alpha, res, out)
+                if far is not None:
+                    out = far
         return out, fail
+
+    def _stein_scaled_starts(self, alpha: float, res: SEResult, warm: SEResult | None) -> SEResult | None:
+        """The warm Stein re-solve from the Jacobian forms' point ``res`` stalled (``warm``) and the cold map found
+        nothing within COLD_STEIN_SPAN of it: the Stein map may have no fixed point near the Jacobian one. At T = 4,
+        output noise 0.48, lambda = 6.4e-3, alpha = 0.35 (docs/theory/state_evolution.md, "T >= 3: a Stein fixed
+        point far from the Jacobian forms'") the Stein map raises q by 5-20 % per damped step from the Jacobian point
+        (q = 3.04, branch share 0.013) all the way to its fixed point at q = 197 (branch share 1.6), which training
+        reaches too (prox from scaled starts). Solve the cold Stein map from the warm end point scaled up
+        (:meth:`_scaled_starts`: the lowest objective, its AT in the note). Not at lambda = 0, where such a start can
+        run off (the span rule's reason), nor where the warm re-solve itself ran past the span (the cold map is not
+        tried there either). Returns the converged point (``quadrature`` set) or None."""
+        if (self.problem.student.lam == 0.0 or warm is None or not _regular(warm) or warm.converged
+                or not _q_within(warm.q, res.q, COLD_STEIN_SPAN)):
+            return None
+        out = self._scaled_starts(alpha, self._stein_cold, warm, zero_test=False, stalled=NOTE_STEIN_STALLED)
+        if out is warm or not (out.converged and _regular(out)):
+            return None
+        out.quadrature = f"{self._stein_cold._quadrature}+stein"
+        return out
 
     def _cold_gap_resolve(self, alpha: float, res: SEResult) -> SEResult:
         """A QMC point whose warm-started iteration converged (or stalled far below the gap) but whose cold map misses
@@ -1149,7 +1172,8 @@ class StateEvolution:
             self._rough = self._qmc_resolver(self.rough_options)
         return self._rough
 
-    def _scaled_starts(self, alpha: float, solver: StateEvolution, base: SEResult, zero_test: bool) -> SEResult:
+    def _scaled_starts(self, alpha: float, solver: StateEvolution, base: SEResult, zero_test: bool,
+                       stalled: str = NOTE_STALLED_START) -> SEResult:
         """Large logit noise (and any T = 2 cold start that stalls, :meth:`solve`): solve again from
         ``base`` scaled up (q, Sigma x s, m x sqrt(s), which keeps the correlation m / sqrt(q)) and return, of
         ``base`` (if converged) and the starts that converge, the fixed point with the lowest objective: the
@@ -1165,7 +1189,8 @@ class StateEvolution:
         start then stalls at its ghost) or coexist with a large-norm branch of lower objective: MP kappa0 = 0.2,
         Delta = 2, alpha = 0.5 has the small branch at lambda = 3e-3 (q = 2.5, objective 0.0698) beside the large one
         (q = 41, 0.0650), only the large one at 1e-3 (q = 145), only one fixed point at 1e-2 (docs/theory/
-        state_evolution.md, "Large logit noise: past the fold"). Every iteration spent is counted."""
+        state_evolution.md, "Large logit noise: past the fold"). Every iteration spent is counted. ``stalled``
+        begins the note of a stalled ``base`` (the T >= 3 Stein re-solve's: NOTE_STEIN_STALLED)."""
         if not _regular(base):
             return base
         if base.converged and self.problem.student.lam == 0.0:
@@ -1195,7 +1220,7 @@ class StateEvolution:
         if s is None:
             return out
         if runaway:
-            _add_note(out, f"{NOTE_STALLED_START}{q:.3g} (residual {base.residual:.1e}), a start at {s:g}x its q and "
+            _add_note(out, f"{stalled}{q:.3g} (residual {base.residual:.1e}), a start at {s:g}x its q and "
                            f"Sigma ran off with the lowest objective of the scaled starts {NOISE_SCALES}, "
                            f"{out.objective:.5g}")
         elif base.converged:
@@ -1212,7 +1237,7 @@ class StateEvolution:
             _add_note(out, note)
         else:
             at = self._rs_at(alpha, out)
-            _add_note(out, f"{NOTE_STALLED_START}{q:.3g} (residual {base.residual:.1e}), converged from a start "
+            _add_note(out, f"{stalled}{q:.3g} (residual {base.residual:.1e}), converged from a start "
                            f"at {s:g}x its q and Sigma (the lowest objective of the scaled starts {NOISE_SCALES}, "
                            f"AT = {at:.3g}{': RS-unstable' if not at < 1.0 else ''})")
         return out
@@ -1923,9 +1948,11 @@ def _recording() -> Iterator[list[warnings.WarningMessage]]:
 
 def scaled_start_notes(message: str) -> list[str]:
     """The notes of ``message`` ("; "-separated) that :meth:`StateEvolution._scaled_starts` wrote where it reports a
-    point other than the cold solve's (NOTE_TWO_POINTS, NOTE_STALLED_START): a large-norm branch that a trainer from
-    a small start may not reach. Neither note holds "; "."""
-    return [note for note in message.split("; ") if note.startswith((NOTE_TWO_POINTS, NOTE_STALLED_START))]
+    point other than the cold solve's (NOTE_TWO_POINTS, NOTE_STALLED_START, or NOTE_STEIN_STALLED for the Stein
+    re-solve of a T >= 3 point): a large-norm branch that a trainer from a small start may not reach. No such note
+    holds "; "."""
+    return [note for note in message.split("; ")
+            if note.startswith((NOTE_TWO_POINTS, NOTE_STALLED_START, NOTE_STEIN_STALLED))]
 
 
 def _reissue(caught: list[warnings.WarningMessage], convergence: bool) -> None:
