@@ -346,6 +346,24 @@ def test_t4_output_noise_point_converges_through_the_cold_map():
     assert res.errors["branch_share"] > 0.1  # far from replica symmetry: the theory command's note applies
 
 
+@pytest.mark.slow  # ~7.5 min on one core of the 2-core machine (2026-12-02: 442 s)
+def test_t4_stein_point_far_from_the_jacobian_one():
+    """T = 4, spikes:2.57+mp:0.334 at d = 200, Delta = 0.0036, output noise 0.48, lambda = 6.4e-3, alpha = 0.35 (the
+    session-25 sweep, seed 41): unconverged at the Jacobian forms' point before (q = 3.04, test error 8.548). The
+    Stein map has its fixed point at q = 197: found from the scaled starts (from 10x: q = 197.29, test error 9.8986,
+    AT = 0.245, 2026-12-02); prox training from scaled starts gives 9.69 +- 0.23 (d = 40, 60)."""
+    from tiedattention.theory.state_evolution import NOTE_STEIN_STALLED
+
+    pb = Problem.from_options(target="spikes:2.57+mp:0.334", tokens=4, noise=0.003631193072269123,
+                              noise_out=0.48311239668767375, lam=0.0064173345206684496, kappa=1.137281283449695,
+                              beta=1.2460577259684953)
+    res = StateEvolution(pb, d=200).solve(0.3482619078219825)
+    assert res.converged and res.phase == "regular" and res.quadrature == "qmc4x2^12+stein"
+    assert res.message.startswith("converged to the quadrature accuracy") and NOTE_STEIN_STALLED in res.message
+    assert res.q == pytest.approx(197.3, rel=0.05)
+    assert res.test_error == pytest.approx(9.899, abs=0.1)  # (the Jacobian point: 8.548)
+
+
 class _Ch:
     """A channel call of the fakes below: conjugates 1, quadrature error 1e-3 relative, no branch switching."""
 
