@@ -116,3 +116,22 @@ def test_hybr_takes_a_singular_evaluation_as_far_out(monkeypatch):
     monkeypatch.setattr(se, "_g", singular)
     sol = se._hybr(0.3, np.zeros(3))
     assert not sol["converged"] and calls
+
+
+def test_prox_softmax_raises_where_its_jacobian_is_not_finite(monkeypatch):
+    """prox_softmax promises a FloatingPointError on non-finite results: a singular I + sigma H at a minimiser (NaN
+    rows of _solve_sym since 2026-12-02; numpy's LinAlgError, or inf with numpy warnings at n <= 2, before)."""
+    from tiedattention.theory import channel
+
+    rng = np.random.default_rng(3)
+    z, y = rng.normal(size=(4, 6)), rng.dirichlet(np.ones(3), size=(4, 3))
+    assert np.all(np.isfinite(channel.prox_softmax(z, y, 1.0, 1.0, 3).jac_z))
+
+    def singular(A, rhs):
+        out = np.linalg.solve(A, rhs)
+        out[1] = np.nan
+        return out
+
+    monkeypatch.setattr(channel, "_solve_sym", singular)
+    with pytest.raises(FloatingPointError, match="singular"):
+        channel.prox_softmax(z, y, 1.0, 1.0, 3)

@@ -802,7 +802,10 @@ def prox_softmax(z, y, sigma, beta: float, tokens: int, init=None, tol: float = 
     g = (h - z) / sig[:, None]
     n = B.shape[1]
     A = np.eye(n)[None] + sig[:, None, None] * r.hess
-    Ainv = _solve_sym(A, np.broadcast_to(np.eye(n), (N, n, n)).copy())
+    with np.errstate(divide="ignore", invalid="ignore"):  # (a singular I + sigma H: non-finite rows, raised below)
+        Ainv = _solve_sym(A, np.broadcast_to(np.eye(n), (N, n, n)).copy())
+    if not np.all(np.isfinite(Ainv)):
+        raise FloatingPointError("prox_softmax: I + sigma H is singular at some minimiser (non-finite Jacobian)")
     jac = np.einsum("ki,nij,lj->nkl", B, Ainv, B) + np.outer(e, e)[None]
     res = float(np.max(r.residual)) if N else 0.0
     if res > max(tol, 1e-9):
