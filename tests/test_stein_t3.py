@@ -346,7 +346,7 @@ def test_t4_output_noise_point_converges_through_the_cold_map():
     assert res.errors["branch_share"] > 0.1  # far from replica symmetry: the theory command's note applies
 
 
-@pytest.mark.slow  # ~7.5 min on one core of the 2-core machine (2026-12-02: 442 s)
+@pytest.mark.slow  # 442 s alone on the 2-core machine, 761 s beside another job (2026-12-02)
 def test_t4_stein_point_far_from_the_jacobian_one():
     """T = 4, spikes:2.57+mp:0.334 at d = 200, Delta = 0.0036, output noise 0.48, lambda = 6.4e-3, alpha = 0.35 (the
     session-25 sweep, seed 41): unconverged at the Jacobian forms' point before (q = 3.04, test error 8.548). The
