@@ -57,6 +57,25 @@ def test_notes_of_scaled_starts_are_printed_whole(capsys):
     assert capsys.readouterr().err.splitlines() == [f"note: α = 0.5: {note}", f"note: α = 0.7: {stalled}"]
 
 
+def test_note_of_a_jacobian_forms_point(capsys):
+    """theory names the converged points reported with the Jacobian forms although their branch share called for the
+    Stein forms (the message's "Jacobian forms kept although ..."): nothing else in the output says the number may
+    miss the jumps' surface terms. Not an unconverged point (its warning prints the message whole)."""
+    from tiedattention.commands.theory import _note_jacobian_kept
+    from tiedattention.theory.state_evolution import NOTE_JACOBIAN_KEPT
+
+    kept = (f"{NOTE_JACOBIAN_KEPT}branch share 1.2e-02 > 0.001 at the Jacobian forms' fixed point (test error "
+            "1.79368, residual 1.3e-11): the Stein re-solve from it did not converge (stalled at residual 2.04e-02)")
+    _note_jacobian_kept([{"alpha": 0.25, "converged": True, "message": kept},
+                         {"alpha": 0.3, "converged": False, "message": kept},
+                         {"alpha": 0.4, "converged": True, "message": "Stein forms of m_hat, sigma_hat: branch share"},
+                         {"alpha": 0.5, "converged": True, "message": f"converged to the quadrature accuracy; {kept}"}])
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("note: α = 0.25, 0.5: the Jacobian forms' fixed point is shown"), err
+    _note_jacobian_kept([{"alpha": 0.4, "converged": True, "message": ""}])
+    assert capsys.readouterr().err == ""
+
+
 @pytest.fixture(scope="module")
 def record():
     return theory_records(Problem.from_options(), [0.5])[0]

@@ -82,6 +82,7 @@ NOISE_SAME = 1.1  # ... a start ending within this factor of the first point's q
 NOTE_TWO_POINTS = "two fixed points: "
 NOTE_STALLED_START = "cold start stalled at q = "
 NOTE_STEIN_STALLED = "Stein re-solve stalled at q = "  # (T >= 3: _stein_scaled_starts)
+NOTE_JACOBIAN_KEPT = "Jacobian forms kept although the "  # (T >= 3: the Stein re-solve failed; theory's note)
 # ... the lower of two fixed points (docs/theory/state_evolution.md, "Two fixed points and RS stability")
 NOTE_UNSTABLE = "but it is RS-unstable "
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
@@ -887,7 +888,7 @@ class StateEvolution:
             return out
         if out is not None:
             res.iterations += out.iterations
-        note = f"Jacobian forms kept although the {why}: the Stein re-solve from it did not converge ({fail})"
+        note = f"{NOTE_JACOBIAN_KEPT}{why}: the Stein re-solve from it did not converge ({fail})"
         _add_note(res, note)
         return res
 
