@@ -113,3 +113,46 @@ def test_the_spiked_seq2seq_runaway_is_reported_not_converged():
     assert 0.3 * math.sqrt(res.q) >= RUNAWAY_LOGIT
     small = StateEvolution(SPIKED.with_options(lam=1e-5), d=100).solve(0.5)
     assert small.converged and 100 < small.q < 1e4
+
+
+class _MS:
+    """The matrix side of the fake map below: no spectral error."""
+
+    spectral_error = 0.0
+
+
+class _Ch:
+    """A channel call of the fake map below: no branch switching, a relative quadrature error of 1e-3."""
+
+    q_hat = m_hat = sigma_hat = 1.0
+    branch_share = 0.0
+    error_estimate = {"q_hat": 1e-3, "m_hat": 1e-3, "sigma_hat": 1e-3}
+
+
+@pytest.mark.parametrize("lam", [0.0, 1e-3])
+def test_an_iteration_at_lambda_0_stops_past_the_runaway_stop(monkeypatch, lam):
+    """At lambda = 0 an iteration whose q passes (RUNAWAY_STOP / beta)^2 stops there with a message instead of running
+    on (a T = 4 Stein re-solve ran to q ~ 1e17 at 10 s per evaluation, 2026-12-02); the hybr fallback does not
+    evaluate such trial points. At lambda > 0 (the penalty bounds q) there is no such stop."""
+    beta = 0.3
+    se = StateEvolution(Problem.from_options(lam=lam, beta=beta), max_iter=300)
+    calls = []
+
+    def running_off(alpha, y):  # q and Sigma grow by e^0.5 per evaluation, the correlation stays
+        calls.append(y.copy())
+        return y + np.array([0.5, 0.0, 0.5]), _Ch(), _MS
+
+    monkeypatch.setattr(se, "_g", running_off)
+    monkeypatch.setattr(se, "damping", 1.0)
+    monkeypatch.setattr(se, "anderson", 0)
+    st = se._iterate(0.5, np.array([0.0, 0.3, 0.0]), 1e-10, stall=10**6)
+    q_stop = (se_mod.RUNAWAY_STOP / beta) ** 2
+    if lam == 0.0:
+        assert not st["converged"] and st["message"].startswith("ran off past q = ")
+        assert math.log(q_stop) < st["y"][0] <= math.log(q_stop) + 0.5 + 1e-12
+        assert max(y[0] for y in calls) <= math.log(q_stop)
+        n = len(calls)
+        assert se._hybr(0.5, np.array([math.log(q_stop) + 1.0, 0.3, 0.0]))["converged"] is False
+        assert all(y[0] <= math.log(q_stop) for y in calls[n:])  # its trial points past the stop were not evaluated
+    else:
+        assert len(calls) == 300 and st["message"] == "no convergence in 300 iterations"

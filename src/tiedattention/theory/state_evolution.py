@@ -83,6 +83,7 @@ NOTE_TWO_POINTS = "two fixed points: "
 NOTE_STALLED_START = "cold start stalled at q = "
 NOTE_STEIN_STALLED = "Stein re-solve stalled at q = "  # (T >= 3: _stein_scaled_starts)
 NOTE_JACOBIAN_KEPT = "Jacobian forms kept although the "  # (T >= 3: the Stein re-solve failed; theory's note)
+NOTE_STEIN_RAN_OFF = "the Stein forms ran off to q = "  # (T >= 3, lambda = 0: refused)
 # ... the lower of two fixed points (docs/theory/state_evolution.md, "Two fixed points and RS stability")
 NOTE_UNSTABLE = "but it is RS-unstable "
 ROUGH_GH_STALL = 5  # a Gauss-Hermite solve that stalls where the QMC re-solve will follow gives up sooner
@@ -126,6 +127,11 @@ COND_VAR_BELOW = 1e-3
 # 1e-5, 1e-7 give q = 7.6, 147, 2.8e3: no finite minimiser). 17 converged lambda = 0 points measured: beta sqrt(q) <= 3
 # (docs/theory/state_evolution.md, "Runaways at lambda = 0"). At lambda > 0 the penalty bounds q: no test there.
 RUNAWAY_LOGIT = 1e3
+# ... and at lambda = 0 an iteration stops where beta sqrt(q) passes RUNAWAY_STOP: converged runaways stop at 6e3-1.3e4
+# (direct model, Delta = 2: q = 1.35e8 at beta = 1; beta = 0.3: q = 4.1e8, 2e9), while a T = 4 Stein re-solve ran on
+# to q ~ 1e17, its evaluations 1-10 s past beta sqrt(q) ~ 3e4 (an hour; it used to end in a LinAlgError,
+# docs/theory/state_evolution.md, "A Stein fixed point far from the Jacobian forms'")
+RUNAWAY_STOP = 1e5
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
 # what a solve of the map may raise where it cannot be evaluated (a re-solve that raises is reported or skipped,
@@ -888,6 +894,17 @@ class StateEvolution:
             return out
         if out is not None:
             res.iterations += out.iterations
+        beta = self.problem.student.beta
+        if self.problem.student.lam == 0.0 and out is not None and _runaway(out, beta):
+            # the equations this branch share calls for have no finite fixed point near the Jacobian one: at lambda =
+            # 0 a runaway, refused as solve refuses one (T = 4, output noise 0.1, beta = 0.3, alpha = 0.05: the warm
+            # Stein re-solve ran to q ~ 1e11; reported converged on the Jacobian forms after 290 s, 2026-12-02)
+            res.converged, res._cold_gap = False, None  # (no cold-map re-solve of the Jacobian forms either)
+            _add_note(res, f"{NOTE_STEIN_RAN_OFF}{out.q:.3g} at lambda = 0 (logit scale beta sqrt(q) = "
+                           f"{beta * math.sqrt(out.q):.3g} >= {RUNAWAY_LOGIT:g}) from the Jacobian forms' fixed point, "
+                           f"where the {why}: no finite minimiser is reported, as for a runaway; use lambda > 0 "
+                           f"({fail})")
+            return res
         note = f"{NOTE_JACOBIAN_KEPT}{why}: the Stein re-solve from it did not converge ({fail})"
         _add_note(res, note)
         return res
@@ -1451,8 +1468,12 @@ class StateEvolution:
         F(y) - y in the solver's coordinates; the map's own value decides convergence (residual <= tol)."""
         nfev = 0
 
+        stop_q = self._runaway_stop_q()
+
         def fun(y: np.ndarray) -> np.ndarray:
             nonlocal nfev
+            if y[0] > stop_q:  # (lambda = 0, past RUNAWAY_STOP: not evaluated, a bad trial point)
+                return np.full(3, 1e3)
             nfev += 1
             try:
                 gy, _, _ = self._g(alpha, y)
@@ -1467,6 +1488,12 @@ class StateEvolution:
         resid = float(np.max(np.abs(f)))
         return {"y": sol.x + f, "resid": resid, "converged": bool(np.isfinite(resid) and resid <= self.tol),
                 "nfev": nfev}
+
+    def _runaway_stop_q(self) -> float:
+        """log q past which an iteration at lambda = 0 stops (beta sqrt(q) = RUNAWAY_STOP); inf at lambda > 0."""
+        if self.problem.student.lam > 0.0:
+            return math.inf
+        return 2.0 * math.log(RUNAWAY_STOP / self.problem.student.beta)
 
     def _iterate(self, alpha: float, y: np.ndarray, tol: float, prior=None, max_iter: int | None = None,
                  stall: int | None = None) -> dict[str, Any]:
@@ -1492,7 +1519,11 @@ class StateEvolution:
         it_best = 0
         eta = self.damping
         it = 0
+        stop_q = self._runaway_stop_q()
         while it < max_iter:
+            if y[0] > stop_q:
+                message = _ran_off_past(math.exp(y[0]), self.problem.student.beta)
+                break
             it += 1
             try:
                 gy, ch, ms = self._g(alpha, y)
@@ -1985,6 +2016,12 @@ def _runaway(res: SEResult, beta: float) -> bool:
     """A point of the regular phase whose logit scale beta sqrt(q) reached RUNAWAY_LOGIT (at lambda = 0: a run-off
     to infinity, no minimiser)."""
     return res.phase == "regular" and res.q >= 0.0 and beta * math.sqrt(res.q) >= RUNAWAY_LOGIT
+
+
+def _ran_off_past(q: float, beta: float) -> str:
+    """The message of an iteration stopped at RUNAWAY_STOP (lambda = 0)."""
+    return (f"ran off past q = {q:.3g} at lambda = 0 (logit scale beta sqrt(q) = {beta * math.sqrt(q):.3g} >= "
+            f"{RUNAWAY_STOP:g}): stopped")
 
 
 def _refuse_runaway(res: SEResult, beta: float) -> None:
