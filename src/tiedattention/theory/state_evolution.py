@@ -936,8 +936,8 @@ class StateEvolution:
     def _stein_scaled_starts(self, alpha: float, res: SEResult, warm: SEResult | None) -> SEResult | None:
         """The warm Stein re-solve from the Jacobian forms' point ``res`` stalled (``warm``) and the cold map found
         nothing within COLD_STEIN_SPAN of it: the Stein map may have no fixed point near the Jacobian one. At T = 4,
-        output noise 0.48, lambda = 6.4e-3, alpha = 0.35 (docs/theory/state_evolution.md, "T >= 3: a Stein fixed
-        point far from the Jacobian forms'") the Stein map raises q by 5-20 % per damped step from the Jacobian point
+        output noise 0.48, lambda = 6.4e-3, alpha = 0.35 (docs/theory/state_evolution.md, "A Stein fixed point far
+        from the Jacobian forms'") the Stein map raises q by 5-20 % per damped step from the Jacobian point
         (q = 3.04, branch share 0.013) all the way to its fixed point at q = 197 (branch share 1.6), which training
         reaches too (prox from scaled starts). Solve the cold Stein map from the warm end point scaled up
         (:meth:`_scaled_starts`: the lowest objective, its AT in the note). Not at lambda = 0, where such a start can
