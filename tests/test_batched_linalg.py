@@ -55,9 +55,14 @@ def _spd(rng, n, k):
 
 
 def test_the_node_passes_cholesky_but_not_lu():
+    """The premise of the next test, with the pinned numpy's LAPACK (round-off decides it: another BLAS may find no
+    zero pivot, and then there is nothing to survive)."""
     np.linalg.cholesky(A_BAD)  # (no error)
-    with pytest.raises(np.linalg.LinAlgError):
+    try:
         np.linalg.solve(A_BAD, GF_BAD)
+    except np.linalg.LinAlgError:
+        return
+    pytest.skip("this LAPACK's LU finds no zero pivot in A_BAD")
 
 
 def test_newton_step_survives_a_singular_node_in_the_batch():
