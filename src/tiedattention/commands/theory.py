@@ -189,12 +189,17 @@ def _note_prox_switching(records: list[dict], share: float | None = None) -> Non
     hit = [r for r in records if r["converged"] and (r.get("err_branch_share") or 0.0) > share]
     if not hit:
         return
-    shown = ", ".join(f"{r['alpha']:.4g}" for r in hit[:6]) + (f", ... ({len(hit)} points)" if len(hit) > 6 else "")
+    shown = _alphas_shown(hit)
     top = max(r["err_branch_share"] for r in hit)
     typer.echo(f"note: replica symmetry is not guaranteed at α = {shown}: the channel's prox has two local minima "
                f"there (up to {100 * top:.3g} % of E‖g‖²); these points are the RS prediction, which can miss the "
                "ERM (λ = 1e-4, α = 0.25) or meet it (β = β0 = 2, α = 0.5); --rs-stability measures it "
                "(docs/theory/stability.md)", err=True)
+
+
+def _alphas_shown(hit: list[dict]) -> str:
+    """The alphas of a note's records, at most six, then how many in all."""
+    return ", ".join(f"{r['alpha']:.4g}" for r in hit[:6]) + (f", ... ({len(hit)} points)" if len(hit) > 6 else "")
 
 
 def _note_branches(records: list[dict]) -> None:
@@ -218,16 +223,15 @@ def _note_jacobian_kept(records: list[dict]) -> None:
     NOTE_JACOBIAN_KEPT; ``quadrature`` without "+stein"): such a point solves the Jacobian forms' equations, which
     drop the surface terms of the prox's jumps (T = 3, lambda = 1e-4, alpha_bar = 0.46: 0.5451 against the Stein
     forms' 0.5824; a T = 4 point with output noise: 8.548 against 9.899)."""
-    from ..theory.state_evolution import NOTE_JACOBIAN_KEPT
+    from ..theory.state_evolution import BRANCH_SWITCH, NOTE_JACOBIAN_KEPT
 
     hit = [r for r in records if r["converged"] and NOTE_JACOBIAN_KEPT in str(r.get("message") or "")]
     if not hit:
         return
-    shown = ", ".join(f"{r['alpha']:.4g}" for r in hit[:6]) + (f", ... ({len(hit)} points)" if len(hit) > 6 else "")
-    typer.echo(f"note: α = {shown}: the Jacobian forms' fixed point is shown; the prox jumps there (branch share > "
-               "1e-3), where the Stein forms hold, and their re-solve did not converge: the value can miss the jumps' "
-               "surface terms by more than its error bar (message: \"Jacobian forms kept although …\"; "
-               "docs/theory/state_evolution.md, \"T ≥ 3: the Stein re-solve\")", err=True)
+    typer.echo(f"note: α = {_alphas_shown(hit)}: the Jacobian forms' fixed point is shown; the prox jumps there "
+               f"(branch share > {BRANCH_SWITCH:g}), where the Stein forms hold, and their re-solve did not converge: "
+               "the value can miss the jumps' surface terms by more than its error bar (message: \"Jacobian forms "
+               "kept although …\"; docs/theory/state_evolution.md, \"T ≥ 3: the Stein re-solve\")", err=True)
 
 
 def _at(problem: Problem, rec: dict) -> Problem:

@@ -414,16 +414,22 @@ def _solve_sym(A: np.ndarray, rhs: np.ndarray) -> np.ndarray:
         x0 = (d[:, None] * rhs[:, 0] - b[:, None] * rhs[:, 1]) / det[:, None]
         x1 = (a[:, None] * rhs[:, 1] - b[:, None] * rhs[:, 0]) / det[:, None]
         return np.stack([x0, x1], axis=1)
+    # numpy's batched solve raises for the whole batch if one matrix is singular, where the closed forms above give
+    # non-finite rows for that matrix alone (T = 4: one node's I + sigma H singular to round-off at a runaway's sigma
+    # aborted a Stein-forms evaluation, which needs no solve): the same here, NaN rows
+    return _solve_rows(A, rhs)[0]
+
+
+def _solve_rows(A: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Batched solve A X = rhs for (N,n,n) A, rhs (N,n,m), matrix by matrix where needed: (X with NaN rows where the
+    matrix's LU meets a zero pivot, (N,) boolean of the rows solved). One batched call unless a matrix fails."""
     try:
-        return np.linalg.solve(A, rhs)
+        return np.linalg.solve(A, rhs), np.ones(A.shape[0], dtype=bool)
     except np.linalg.LinAlgError:
-        # numpy's batched solve raises for the whole batch if one matrix is singular, where the closed forms above
-        # give non-finite rows for that matrix alone (T = 4: one node's I + sigma H singular to round-off at a
-        # runaway's sigma aborted a Stein-forms evaluation, which needs no solve): the same here, NaN rows
         ok = _batch_mask(A.shape[0], lambda idx: np.linalg.solve(A[idx], rhs[idx]))
         out = np.full(rhs.shape, np.nan)
         out[ok] = np.linalg.solve(A[ok], rhs[ok])
-        return out
+        return out, ok
 
 
 def _batch_mask(size: int, op: Callable[[np.ndarray], Any]) -> np.ndarray:
@@ -470,16 +476,13 @@ def _modified_newton_step(A: np.ndarray, gf: np.ndarray, floor: np.ndarray) -> n
         pd = _pd_mask(A)
         d = np.empty_like(gf)
         if pd.any():
-            try:
-                d[pd] = -np.linalg.solve(A[pd], gf[pd][..., None])[..., 0]
-            except np.linalg.LinAlgError:
-                # Cholesky can pass a matrix whose LU meets an exact zero pivot (an eigenvalue ~1e-17 of the loss's
-                # Hessian where 1/sigma ~ 1e-45: T = 4, a root finder's trial point far out, docs): those take the
-                # eigenvalue route below, with the floor
-                ipd = np.flatnonzero(pd)
-                ok = _batch_mask(ipd.size, lambda idx: np.linalg.solve(A[ipd[idx]], gf[ipd[idx]][..., None]))
-                pd[ipd[~ok]] = False
-                d[pd] = -np.linalg.solve(A[pd], gf[pd][..., None])[..., 0]
+            # Cholesky can pass a matrix whose LU meets an exact zero pivot (an eigenvalue ~1e-17 of the loss's
+            # Hessian where 1/sigma ~ 1e-45: T = 4, a root finder's trial point far out, docs): those take the
+            # eigenvalue route below, with the floor
+            ipd = np.flatnonzero(pd)
+            x, ok = _solve_rows(A[ipd], gf[ipd][..., None])
+            pd[ipd[~ok]] = False
+            d[pd] = -x[ok][..., 0]
         if pd.all():
             return d
         bad = ~pd
