@@ -156,3 +156,19 @@ def test_the_t3_point_that_missed_its_cold_map_converges():
     # (q, m, Sigma) = (2.80461, 2.46704, 0.571955); the warm point was q = 2.80624
     assert np.allclose(res.x, [2.80461, 2.46704, 0.571955], rtol=1e-3)
     assert res.test_error == pytest.approx(0.6724, abs=3 * res.errors.get("fixed_point_test_error", 1e-3))
+
+
+def test_the_cold_gap_rides_on_the_result_invisibly():
+    """``_cold_gap`` is not a field: annotated plainly it was one, and every JSON record of ``theory`` (and every
+    stored curve) carried a "_cold_gap" key (session 27)."""
+    from tiedattention.theory.api import record_of, result_of
+    from tiedattention.theory.state_evolution import SEResult
+
+    nan = float("nan")
+    res = SEResult(0.5, 1.0, 2.0, 1.0, 3.0, nan, nan, nan, nan, 1.7, nan, nan, nan, nan, nan, 1.0, False, 12, 2.5e-3,
+                   0.0, "regular", f"{COLD_GAP}2.5e-03 > tol at the warm-started fixed point")
+    res._cold_gap = 2.5e-3
+    assert res._cold_gap == 2.5e-3 and SEResult._cold_gap is None  # the instance's own, the class keeps None
+    assert "_cold_gap" not in res.to_dict() and "_cold_gap" not in record_of(res)
+    assert not [k for k in record_of(res) if k.startswith("_")]
+    assert result_of(record_of(res))._cold_gap is None and dataclasses.replace(res)._cold_gap is None

@@ -302,3 +302,28 @@ def test_spectral_refinement_is_bounded():
     si = fc.integrals(3.04e9)
     assert si.nodes < 1_000_000 and si.rank == pytest.approx(0.5, abs=1e-3)
     assert si.error < 1e-3 * si.I  # the accepted panels' disagreement is reported, and small here
+
+
+def test_a_final_evaluation_that_raises_is_a_failed_point(monkeypatch):
+    """The final rule's evaluation at an iteration's best point raised FloatingPointError through `theory` (direct
+    model, T = 2, lambda = 0, output noise 0.136, beta = 2.77, alpha = 0.48: "conjugates left the admissible region";
+    a traceback, session 27). Now a failed point with both reasons; the JSON record keeps no private key."""
+    from tiedattention.problem import Problem
+    from tiedattention.theory.api import record_of
+    from tiedattention.theory.state_evolution import StateEvolution
+
+    se = StateEvolution(Problem.from_options(lam=0.01), max_iter=3)
+    real = se._map
+
+    def final_raises(alpha, x, final=False, **kw):
+        if final:
+            raise FloatingPointError("conjugates left the admissible region (q_hat=2.4e-16, ...)")
+        return real(alpha, x, **kw)
+
+    monkeypatch.setattr(se, "_map", final_raises)
+    monkeypatch.setattr(se, "root_fallback", False)
+    res = se._solve_regular_staged(0.5, None)
+    assert res.phase == "failed" and not res.converged and math.isnan(res.q)
+    assert res.message == ("no convergence in 3 iterations; the map at the iteration's best point could not be "
+                           "evaluated (conjugates left the admissible region (q_hat=2.4e-16, ...))")
+    assert not [k for k in record_of(res) if k.startswith("_")]

@@ -36,7 +36,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import optimize
@@ -253,8 +253,9 @@ class SEResult:
     quadrature: str = ""
     # not fields (to_dict, repr and == do not see them; dataclasses.replace drops them): the cold map's residual at a
     # warm-started point that fails its check, set by _solve_regular_staged on an unconverged point (a QMC point
-    # is then re-solved on the cold map, _cold_gap_resolve); the last secant pairs (_staged) are set the same way
-    _cold_gap: float | None = None
+    # is then re-solved on the cold map, _cold_gap_resolve); the last secant pairs (_staged) are set the same way.
+    # ClassVar: annotated plainly it was a field, and every JSON record and stored curve carried "_cold_gap"
+    _cold_gap: ClassVar[float | None] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -1373,7 +1374,14 @@ class StateEvolution:
         rounding = st["rounding"]  # the allowance in atanh(rho) the accurate stage was accepted at (0: none)
         x = self._to_x(y)
         # observables at the final point, with the quadrature error estimates
-        fx, ch, ms = self._map(alpha, x, final=True, cond_var=_cond_var(y))
+        try:
+            fx, ch, ms = self._map(alpha, x, final=True, cond_var=_cond_var(y))
+        except FloatingPointError as exc:
+            # the iteration's best point need not be one the final rule can evaluate (direct model, T = 2, lambda = 0,
+            # output noise 0.136, beta = 2.77, alpha = 0.48: the matrix side's conjugates left the admissible region
+            # there, and the CLI printed the traceback): a failed point, with both reasons
+            return self._failed(alpha, it, resid, f"{message or 'not converged'}; the map at the iteration's best "
+                                                  f"point could not be evaluated ({exc})")
         warm_gap = False  # the warm map's fixed point is known far better than its distance to the cold map's
         # the cold map's residual where the point reported fails its check (message COLD_GAP); kept on the result
         # only if it ends unconverged (the floor acceptance and hybr can still converge it)
@@ -1422,7 +1430,10 @@ class StateEvolution:
                 it += sol["nfev"]
                 if sol["converged"]:
                     x_root = self._to_x(sol["y"])
-                    fx, ch_root, ms_root = self._map(alpha, x_root, final=True, cond_var=_cond_var(sol["y"]))
+                    try:
+                        fx, ch_root, ms_root = self._map(alpha, x_root, final=True, cond_var=_cond_var(sol["y"]))
+                    except FloatingPointError:
+                        continue  # (as at the iteration's best point above: not a point to report)
                     cold = float(np.max(np.abs(self._to_y(fx) - sol["y"]))) if fx[0] > 0 and fx[2] > 0 else np.inf
                     if self.warm_start and not np.isfinite(cold):
                         continue  # no cold map there to check it against: not a point to report
