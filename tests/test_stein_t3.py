@@ -233,7 +233,7 @@ def test_the_scaled_stein_starts_are_not_tried_at_lambda_0_nor_after_a_warm_run_
 
 @pytest.mark.parametrize("lam", [0.0, 1e-4])
 def test_a_stein_re_solve_that_runs_off_at_lambda_0_refuses_the_point(jacobian_point, lam):
-    """At lambda = 0 a warm Stein re-solve that runs off (beta sqrt(q) >= RUNAWAY_LOGIT; T = 4, output noise 0.1,
+    """At lambda = 0 a warm Stein re-solve that runs off (a runaway by _runaway_why; T = 4, output noise 0.1,
     beta = 0.3, alpha = 0.05: to q ~ 1e11) says the equations the branch share calls for have no finite fixed point
     near the Jacobian one: the point is refused as a runaway (not converged, no cold-map re-solve of the Jacobian
     forms), where it was reported converged on the Jacobian forms. At lambda > 0 the Jacobian point is kept, with
@@ -243,14 +243,14 @@ def test_a_stein_re_solve_that_runs_off_at_lambda_0_refuses_the_point(jacobian_p
     from tiedattention.theory import state_evolution as sem
 
     se = StateEvolution(BAND.with_options(lam=lam), channel_options=RULE)
-    q_off = (10 * sem.RUNAWAY_LOGIT) ** 2
+    q_off = (10 * se._runaway_logit()) ** 2
 
     class RanOff:
         _quadrature = "qmc4x2^10"
 
         def _solve_regular(self, alpha, x0, zero_test=True):
             return dataclasses.replace(jacobian_point, q=q_off, converged=False, iterations=40,
-                                       message=sem._ran_off_past(q_off, 1.0))
+                                       message=sem._ran_off_past(np.log([q_off, 1.0, 1.0]), 1.0))
 
     se._stein = se._stein_cold = RanOff()
     jac = dataclasses.replace(jacobian_point)
@@ -260,6 +260,8 @@ def test_a_stein_re_solve_that_runs_off_at_lambda_0_refuses_the_point(jacobian_p
     if lam == 0.0:
         assert not res.converged and res._cold_gap is None
         assert sem.NOTE_STEIN_RAN_OFF in res.message and "use lambda > 0" in res.message
+        ran_off = dataclasses.replace(jacobian_point, q=q_off)
+        assert f"({sem._runaway_why(ran_off, 1.0, se._runaway_logit())})" in res.message
         assert sem.NOTE_JACOBIAN_KEPT not in res.message
     else:
         assert res.converged and sem.NOTE_JACOBIAN_KEPT in res.message and sem.NOTE_STEIN_RAN_OFF not in res.message

@@ -120,18 +120,24 @@ WARM_GAP = 10.0
 # from q and m it keeps only ~eps / (1 - rho^2) of its digits, which the Stein forms' det carries (docs/theory/
 # state_evolution.md, "The Stein forms' own rounding")
 COND_VAR_BELOW = 1e-3
-# lambda = 0: a point whose logit scale beta sqrt(q) reaches this is a runaway, not a fixed point. There a typical logit
-# gap is ~1e3 and exp(-gap) underflows, every softmax is one-hot in double precision and the bounded loss no longer
-# sees the scale of S, so the map is scale-invariant and its residual falls to the quadrature floor as q grows
-# (direct model, MP 0.5, Delta = 2, alpha = 0.5: accepted at q = 1.35e8, beta sqrt(q) = 1.2e4, while lambda = 1e-3,
-# 1e-5, 1e-7 give q = 7.6, 147, 2.8e3: no finite minimiser). 17 converged lambda = 0 points measured: beta sqrt(q) <= 3
-# (docs/theory/state_evolution.md, "Runaways at lambda = 0"). At lambda > 0 the penalty bounds q: no test there.
-RUNAWAY_LOGIT = 1e3
-# ... and at lambda = 0 an iteration stops where beta sqrt(q) passes RUNAWAY_STOP: converged runaways stop at 6e3-1.3e4
-# (direct model, Delta = 2: q = 1.35e8 at beta = 1; beta = 0.3: q = 4.1e8, 2e9), while a T = 4 Stein re-solve ran on
-# to q ~ 1e17, its evaluations 1-10 s past beta sqrt(q) ~ 3e4 (an hour; it used to end in a LinAlgError,
-# docs/theory/state_evolution.md, "A Stein fixed point far from the Jacobian forms'")
+# lambda = 0: a point of the regular phase is a runaway, not a fixed point, where its logit scale beta sqrt(q) reaches
+# RUNAWAY_RATIO x the teacher's, beta0 sqrt(Q0 + Delta/2) (at least 1). As the logits grow the softmaxes saturate, only
+# a fraction ~ 1 / (beta sqrt(q)) of the samples still sees the scale of S, and the map's residual falls to the
+# quadrature floor, where the floor test accepts the point (direct model, MP 0.5, Delta = 0.5, T = 2, alpha = 0.2525:
+# accepted at q = 8.4e3, beta sqrt(q) = 92, Sigma = 1.3e8, while lambda = 1e-3 ... 1e-7 give q = 1.5, 2.7, 4.4, 7.6, 14:
+# no finite minimiser). Measured (session 27, random lambda = 0 sweeps): converged points at ratio <= 3.0, the runaways
+# the floor test accepted at ratio 49-86 (docs/theory/state_evolution.md, "Runaways at lambda = 0"). Not on Sigma: it
+# diverges at the interpolation threshold with q finite (factorised, MP 0.5, Delta = 0.5, T = 2: Sigma = 1.8e5, 4.7e6,
+# 1.1e8 at 1e-2, 1e-3, 1e-4 above it, q = 5.0). At lambda > 0 the penalty bounds q: no test there.
+RUNAWAY_RATIO = 10.0
+# ... and at lambda = 0 an iteration stops where beta sqrt(q) passes RUNAWAY_STOP, or where beta^2 Sigma passes
+# RUNAWAY_SIGMA_STOP with beta sqrt(q) past the runaway bound: a T = 4 Stein re-solve ran on to q ~ 1e17, its
+# evaluations 1-10 s past beta sqrt(q) ~ 3e4 (an hour; docs/theory/state_evolution.md, "A Stein fixed point far from
+# the Jacobian forms'"), and a T = 3 one ran off in Sigma to 1e15 with q stuck near 2e5 (beta sqrt(q) ~ 450), its
+# evaluations 3-34 s there (13 min of a 14 min solve)
 RUNAWAY_STOP = 1e5
+RUNAWAY_SIGMA_STOP = 1e12
+RAN_OFF_PAST = "ran off past q = "  # (the message of an iteration stopped there)
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
 # what a solve of the map may raise where it cannot be evaluated (a re-solve that raises is reported or skipped,
@@ -632,7 +638,7 @@ class StateEvolution:
                 res = self._scaled_starts(alpha, self, res, zero_test=False)
             self._add_rounding_errors(res)
             if lam == 0.0:
-                _refuse_runaway(res, self.problem.student.beta)
+                _refuse_runaway(res, self.problem.student.beta, self._runaway_logit())
         return res
 
     def _lam_continuation(self, alpha: float, stalled: SEResult) -> SEResult:
@@ -746,6 +752,11 @@ class StateEvolution:
             # off to q ~ 1.6e7, where the map is nearly scale-invariant, and was accepted at residual 9.8e-4)
             res = self._jacobian_start(alpha, init, res)
         res.quadrature = self._quadrature
+        if not res.converged and res.message.startswith(RAN_OFF_PAST):
+            # stopped past the runaway stops (lambda = 0): no Stein, cold-map or QMC re-solve from out there (the QMC
+            # re-solve of a rough T = 2 point that ran off to q = 5.5e7 ran on to q = 2.7e6, accepted at the
+            # quadrature floor and refused as a runaway: 227 s); solve refuses it, after its continuation in lambda
+            return res
         share = res.errors.get("branch_share", 0.0)
         if self.stein_switch is not None and _regular(res) and share > self.stein_switch:
             res = self._stein_resolve(alpha, res)
@@ -895,16 +906,16 @@ class StateEvolution:
             return out
         if out is not None:
             res.iterations += out.iterations
-        beta = self.problem.student.beta
-        if self.problem.student.lam == 0.0 and out is not None and _runaway(out, beta):
+        ran_off = "" if out is None else (_runaway_why(out, self.problem.student.beta, self._runaway_logit())
+                                          or _stopped_run_off(out.message))
+        if self.problem.student.lam == 0.0 and ran_off:
             # the equations this branch share calls for have no finite fixed point near the Jacobian one: at lambda =
             # 0 a runaway, refused as solve refuses one (T = 4, output noise 0.1, beta = 0.3, alpha = 0.05: the warm
             # Stein re-solve ran to q ~ 1e11; reported converged on the Jacobian forms after 290 s, 2026-12-02)
             res.converged, res._cold_gap = False, None  # (no cold-map re-solve of the Jacobian forms either)
-            _add_note(res, f"{NOTE_STEIN_RAN_OFF}{out.q:.3g} at lambda = 0 (logit scale beta sqrt(q) = "
-                           f"{beta * math.sqrt(out.q):.3g} >= {RUNAWAY_LOGIT:g}) from the Jacobian forms' fixed point, "
-                           f"where the {why}: no finite minimiser is reported, as for a runaway; use lambda > 0 "
-                           f"({fail})")
+            _add_note(res, f"{NOTE_STEIN_RAN_OFF}{out.q:.3g} at lambda = 0 ({ran_off}) from the Jacobian forms' "
+                           f"fixed point, where the {why}: no finite minimiser is reported, as for a runaway; use "
+                           f"lambda > 0 ({fail})")
             return res
         note = f"{NOTE_JACOBIAN_KEPT}{why}: the Stein re-solve from it did not converge ({fail})"
         _add_note(res, note)
@@ -1202,7 +1213,7 @@ class StateEvolution:
 
         A stalled ``base`` tries every s in NOISE_SCALES; a converged one the largest only, and not at lambda = 0 (a
         larger start may run off there, and a runaway is no minimiser). At lambda = 0 a start that runs off
-        (:func:`_runaway`) competes by its objective too: if it is the lowest, it is returned (and refused by
+        (:func:`_runaway_why`) competes by its objective too: if it is the lowest, it is returned (and refused by
         :meth:`solve`: the ERM's infimum is at infinity, no finite minimiser). A start that ends within NOISE_SAME
         of ``base``'s q is the same fixed point (``base`` is kept). The small-norm branch can end in a fold (the cold
         start then stalls at its ghost) or coexist with a large-norm branch of lower objective: MP kappa0 = 0.2,
@@ -1231,7 +1242,8 @@ class StateEvolution:
                 found.append((s, cand))
         s, out = min(found, key=lambda f: f[1].objective) if found else (None, base)
         out.iterations = spent
-        runaway = self.problem.student.lam == 0.0 and _runaway(out, self.problem.student.beta)
+        runaway = self.problem.student.lam == 0.0 and bool(_runaway_why(out, self.problem.student.beta,
+                                                                         self._runaway_logit()))
         # issued again under the caller's filters, but for the ConvergenceWarnings of the starts not chosen and of a
         # runaway (whose softmaxes are one-hot: a prox warning per evaluation, 115 at the point of the docs)
         for t, caught in issued.items():
@@ -1333,6 +1345,8 @@ class StateEvolution:
                 self._refresh_pool = True
             it0 += st["it"]
             prior = None
+            if st["ran_off"]:
+                return self._ran_off(alpha, st, it0)
             if st["last_good"] is not None:
                 y = st["y"] if st["converged"] else st["best_y"]
                 prior = st["pairs"]
@@ -1352,6 +1366,8 @@ class StateEvolution:
         # preceded by the earlier stage's where it made fewer than `anderson` (usually 1 evaluation, no pair)
         self._pairs_out = _recent_pairs(prior, st["pairs"], self.anderson)
         it, converged, message, resid = st["it"] + it0, st["converged"], st["message"], st["resid"]
+        if st["ran_off"]:
+            return self._ran_off(alpha, st, it)
         y = st["y"]
         if st["last_good"] is None and not converged:
             return self._failed(alpha, it, resid, message or "map could not be evaluated")
@@ -1479,11 +1495,11 @@ class StateEvolution:
         F(y) - y in the solver's coordinates; the map's own value decides convergence (residual <= tol)."""
         nfev = 0
 
-        stop_q = self._runaway_stop_q()
+        stops = self._runaway_stops()
 
         def fun(y: np.ndarray) -> np.ndarray:
             nonlocal nfev
-            if y[0] > stop_q:  # (lambda = 0, past RUNAWAY_STOP: not evaluated, a bad trial point)
+            if _past(y, stops):  # (lambda = 0, past a runaway stop: not evaluated, a bad trial point)
                 return np.full(3, 1e3)
             nfev += 1
             try:
@@ -1500,11 +1516,21 @@ class StateEvolution:
         return {"y": sol.x + f, "resid": resid, "converged": bool(np.isfinite(resid) and resid <= self.tol),
                 "nfev": nfev}
 
-    def _runaway_stop_q(self) -> float:
-        """log q past which an iteration at lambda = 0 stops (beta sqrt(q) = RUNAWAY_STOP); inf at lambda > 0."""
+    def _runaway_stops(self) -> tuple[float, float, float]:
+        """(log q, log Sigma, log q) of an iteration's stops at lambda = 0 (:func:`_past`): beta sqrt(q) =
+        RUNAWAY_STOP; beta^2 Sigma = RUNAWAY_SIGMA_STOP where beta sqrt(q) is past the runaway bound too. Infinite
+        at lambda > 0."""
         if self.problem.student.lam > 0.0:
-            return math.inf
-        return 2.0 * math.log(RUNAWAY_STOP / self.problem.student.beta)
+            return math.inf, math.inf, math.inf
+        log_beta = math.log(self.problem.student.beta)
+        return (2.0 * (math.log(RUNAWAY_STOP) - log_beta), math.log(RUNAWAY_SIGMA_STOP) - 2.0 * log_beta,
+                2.0 * (math.log(self._runaway_logit()) - log_beta))
+
+    def _runaway_logit(self) -> float:
+        """The logit scale beta sqrt(q) at which a lambda = 0 point of the regular phase is a runaway (no finite
+        minimiser): RUNAWAY_RATIO x the teacher's logit scale beta0 sqrt(Q0 + Delta/2), at least RUNAWAY_RATIO."""
+        task = self.problem.task
+        return RUNAWAY_RATIO * max(1.0, task.beta0 * math.sqrt(self.q0 + task.noise / 2))
 
     def _iterate(self, alpha: float, y: np.ndarray, tol: float, prior=None, max_iter: int | None = None,
                  stall: int | None = None) -> dict[str, Any]:
@@ -1526,18 +1552,21 @@ class StateEvolution:
         resid = np.inf
         best_resid = np.inf
         last_good: tuple[np.ndarray, np.ndarray] | None = None  # (y, f) of the last evaluable point
+        last_eval = None  # (y, channel moments, matrix side) of the last evaluation (reported by a run-off)
+        ran_off = False  # stopped past the runaway stops (lambda = 0)
         best_y = y.copy()
         it_best = 0
         eta = self.damping
         it = 0
-        stop_q = self._runaway_stop_q()
+        stops = self._runaway_stops()
         while it < max_iter:
-            if y[0] > stop_q:
-                message = _ran_off_past(math.exp(y[0]), self.problem.student.beta)
+            if _past(y, stops):
+                message, ran_off = _ran_off_past(y, self.problem.student.beta), True
                 break
             it += 1
             try:
                 gy, ch, ms = self._g(alpha, y)
+                last_eval = (y.copy(), ch, ms)
             except FloatingPointError as exc:
                 message = str(exc)
                 if last_good is None:
@@ -1611,7 +1640,16 @@ class StateEvolution:
             pairs = (np.zeros((3, 0)), np.zeros((3, 0)))
         return {"y": y, "converged": converged, "it": it, "resid": resid, "best_y": best_y,
                 "best_resid": best_resid, "last_good": last_good, "message": message, "pairs": pairs,
-                "final": final, "rounding": at_rounding}
+                "final": final, "rounding": at_rounding, "ran_off": ran_off, "last_eval": last_eval}
+
+    def _ran_off(self, alpha: float, st: dict[str, Any], it: int) -> SEResult:
+        """The result of an iteration ``st`` stopped past the runaway stops (lambda = 0): not converged, at its last
+        evaluation (that stage's rule), its message. No later stage, hybr fallback or evaluation of the final rule
+        follows: past the stops one evaluation took 13-17 s (T = 3, Sigma ~ 1e11), and such a point is a runaway."""
+        if st["last_eval"] is None:
+            return self._failed(alpha, it, st["resid"], st["message"])
+        y_eval, ch, ms = st["last_eval"]
+        return self._observables(alpha, self._to_x(y_eval), ch, ms, False, it, st["resid"], st["message"])
 
     def _errors_at(self, q: float, m: float) -> tuple[dict[str, float], tuple[float, float]]:
         """mse, test_error and test_error_clean at (q, m), and the two test errors' quadrature errors."""
@@ -2023,28 +2061,48 @@ def _reissue_prox(caught: list[warnings.WarningMessage], res: SEResult) -> None:
                       f"({excess:.3g} times its allowance)", ConvergenceWarning, stacklevel=3)
 
 
-def _runaway(res: SEResult, beta: float) -> bool:
-    """A point of the regular phase whose logit scale beta sqrt(q) reached RUNAWAY_LOGIT (at lambda = 0: a run-off
-    to infinity, no minimiser)."""
-    return res.phase == "regular" and res.q >= 0.0 and beta * math.sqrt(res.q) >= RUNAWAY_LOGIT
+def _runaway_why(res: SEResult, beta: float, logit_bound: float) -> str:
+    """Why a point of the regular phase is a runaway (at lambda = 0: a run-off to infinity, no minimiser): its logit
+    scale beta sqrt(q) reached ``logit_bound`` (:meth:`StateEvolution._runaway_logit`); "" where not (and outside the
+    regular phase, or where q is not a number)."""
+    if res.phase != "regular" or not res.q >= 0.0:
+        return ""
+    logit = beta * math.sqrt(res.q)
+    if logit < logit_bound:
+        return ""
+    return (f"logit scale beta sqrt(q) = {logit:.3g} >= {logit_bound:.3g}, {RUNAWAY_RATIO:g}x the teacher's beta0 "
+            "sqrt(Q0 + Delta/2) or at least 1")
 
 
-def _ran_off_past(q: float, beta: float) -> str:
-    """The message of an iteration stopped at RUNAWAY_STOP (lambda = 0)."""
-    return (f"ran off past q = {q:.3g} at lambda = 0 (logit scale beta sqrt(q) = {beta * math.sqrt(q):.3g} >= "
-            f"{RUNAWAY_STOP:g}): stopped")
+def _past(y: np.ndarray, stops: tuple[float, float, float]) -> bool:
+    """Is the iterate y (log q, atanh rho, log Sigma) past the runaway stops (:meth:`StateEvolution._runaway_stops`):
+    q past the first, or Sigma past the second with q past the third?"""
+    return bool(y[0] > stops[0] or (y[2] > stops[1] and y[0] >= stops[2]))
 
 
-def _refuse_runaway(res: SEResult, beta: float) -> None:
-    """lambda = 0: mark a point whose logit scale beta sqrt(q) reached RUNAWAY_LOGIT as not converged, in place (its
-    values stay: the last iterate, which says how far it ran); the message says why, before the solver's own."""
-    if not _runaway(res, beta):
+def _stopped_run_off(message: str) -> str:
+    """The stop message of :func:`_ran_off_past` where ``message`` starts with it, else "" (a Stein re-solve stopped
+    by RUNAWAY_SIGMA_STOP reports its last evaluation, whose q can lie just below the runaway bound)."""
+    return message.split(": stopped")[0] + ": stopped" if message.startswith(RAN_OFF_PAST) else ""
+
+
+def _ran_off_past(y: np.ndarray, beta: float) -> str:
+    """The message of an iteration stopped at RUNAWAY_STOP or RUNAWAY_SIGMA_STOP (lambda = 0, :func:`_past`)."""
+    q, sigma = math.exp(min(y[0], 700.0)), math.exp(min(y[2], 700.0))
+    return (f"{RAN_OFF_PAST}{q:.3g}, Sigma = {sigma:.3g} at lambda = 0 (logit scale beta sqrt(q) = "
+            f"{beta * math.sqrt(q):.3g}, response beta^2 Sigma = {beta * beta * sigma:.3g}; the iteration stops past "
+            f"{RUNAWAY_STOP:g}, {RUNAWAY_SIGMA_STOP:g}): stopped")
+
+
+def _refuse_runaway(res: SEResult, beta: float, logit_bound: float) -> None:
+    """lambda = 0: mark a runaway (:func:`_runaway_why`) as not converged, in place (its values stay: the last
+    iterate, which says how far it ran); the message says why, before the solver's own."""
+    why = _runaway_why(res, beta, logit_bound)
+    if not why:
         return
-    scale = beta * math.sqrt(res.q)
     res.converged = False
-    why = (f"ran off to q = {res.q:.3g} at lambda = 0 (logit scale beta sqrt(q) = {scale:.3g} >= {RUNAWAY_LOGIT:g}, "
-           "where every softmax is one-hot in double precision): the ERM has no finite minimiser here (the bounded "
-           "loss keeps falling as the logits grow); use lambda > 0")
+    why = (f"ran off to q = {res.q:.3g} at lambda = 0 ({why}, where the softmaxes saturate): the ERM has no finite "
+           "minimiser here (the bounded loss keeps falling as the logits grow); use lambda > 0")
     res.message = f"{why} (solver: {res.message})" if res.message else why
 
 
