@@ -426,7 +426,8 @@ def test_hybr_is_not_tried_on_a_warm_cold_mismatch(monkeypatch, warm_resid, warm
     def iterate(alpha, y, tol, prior=None, max_iter=None, stall=None):
         return {"y": y0, "converged": warm_converged, "it": 3, "resid": warm_resid, "best_y": y0,
                 "best_resid": warm_resid, "last_good": (y0, y0), "message": "" if warm_converged else "stalled",
-                "pairs": (np.zeros((3, 0)), np.zeros((3, 0))), "final": None, "rounding": 0.0}
+                "pairs": (np.zeros((3, 0)), np.zeros((3, 0))), "final": None, "rounding": 0.0, "ran_off": False,
+                "last_eval": None}
 
     hybr_calls = []
     monkeypatch.setattr(se, "_iterate", iterate)
@@ -458,7 +459,8 @@ def test_a_hybr_root_the_cold_map_misses_says_so(monkeypatch):
     def iterate(alpha, y, tol, prior=None, max_iter=None, stall=None):
         return {"y": y_stall, "converged": False, "it": 3, "resid": 0.39, "best_y": y_stall, "best_resid": 0.39,
                 "last_good": (y_stall, y_stall), "message": "stalled at residual 3.90e-01",
-                "pairs": (np.zeros((3, 0)), np.zeros((3, 0))), "final": None, "rounding": 0.0}
+                "pairs": (np.zeros((3, 0)), np.zeros((3, 0))), "final": None, "rounding": 0.0, "ran_off": False,
+                "last_eval": None}
 
     def cold_map(alpha, x, final=False, cond_var=None):  # the cold map: 5e-3 off at hybr's root, far off elsewhere
         y = se._to_y(x)
