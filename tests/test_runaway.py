@@ -53,8 +53,8 @@ def test_a_point_at_the_runaway_bound_is_not_converged_and_keeps_its_values(beta
     se_mod._refuse_runaway(res, beta, bound)
     assert not res.converged
     assert res.q == q and res.test_error == 1.7 and res.iterations == 236  # the last iterate stays, it says how far
-    assert res.message.startswith(f"ran off to q = {q:.3g} at lambda = 0 (logit scale beta sqrt(q) = 35 >= 35, 10x "
-                                  "the teacher's")
+    assert res.message.startswith(f"ran off to q = {q:.3g} at lambda = 0 (logit scale beta sqrt(q) = 35 >= 35 = 10 x "
+                                  "max(1, the teacher's beta0 sqrt(Q0 + Delta/2)), where the softmaxes saturate)")
     assert "no finite minimiser" in res.message and "use lambda > 0" in res.message
     assert res.message.endswith("(solver: solver's note)")  # the solver's own message is kept, after the reason
 

@@ -2070,8 +2070,8 @@ def _runaway_why(res: SEResult, beta: float, logit_bound: float) -> str:
     logit = beta * math.sqrt(res.q)
     if logit < logit_bound:
         return ""
-    return (f"logit scale beta sqrt(q) = {logit:.3g} >= {logit_bound:.3g}, {RUNAWAY_RATIO:g}x the teacher's beta0 "
-            "sqrt(Q0 + Delta/2) or at least 1")
+    return (f"logit scale beta sqrt(q) = {logit:.3g} >= {logit_bound:.3g} = {RUNAWAY_RATIO:g} x max(1, the teacher's "
+            "beta0 sqrt(Q0 + Delta/2))")
 
 
 def _past(y: np.ndarray, stops: tuple[float, float, float]) -> bool:
