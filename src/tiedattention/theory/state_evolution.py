@@ -752,7 +752,7 @@ class StateEvolution:
             # off to q ~ 1.6e7, where the map is nearly scale-invariant, and was accepted at residual 9.8e-4)
             res = self._jacobian_start(alpha, init, res)
         res.quadrature = self._quadrature
-        if not res.converged and res.message.startswith(RAN_OFF_PAST):
+        if not res.converged and _stopped_run_off(res.message):
             # stopped past the runaway stops (lambda = 0): no Stein, cold-map or QMC re-solve from out there (the QMC
             # re-solve of a rough T = 2 point that ran off to q = 5.5e7 ran on to q = 2.7e6, accepted at the
             # quadrature floor and refused as a runaway: 227 s); solve refuses it, after its continuation in lambda
@@ -906,8 +906,7 @@ class StateEvolution:
             return out
         if out is not None:
             res.iterations += out.iterations
-        ran_off = "" if out is None else (_runaway_why(out, self.problem.student.beta, self._runaway_logit())
-                                          or _stopped_run_off(out.message))
+        ran_off = "" if out is None else (self._runaway_of(out) or _stopped_run_off(out.message))
         if self.problem.student.lam == 0.0 and ran_off:
             # the equations this branch share calls for have no finite fixed point near the Jacobian one: at lambda =
             # 0 a runaway, refused as solve refuses one (T = 4, output noise 0.1, beta = 0.3, alpha = 0.05: the warm
@@ -1242,8 +1241,7 @@ class StateEvolution:
                 found.append((s, cand))
         s, out = min(found, key=lambda f: f[1].objective) if found else (None, base)
         out.iterations = spent
-        runaway = self.problem.student.lam == 0.0 and bool(_runaway_why(out, self.problem.student.beta,
-                                                                         self._runaway_logit()))
+        runaway = self.problem.student.lam == 0.0 and bool(self._runaway_of(out))
         # issued again under the caller's filters, but for the ConvergenceWarnings of the starts not chosen and of a
         # runaway (whose softmaxes are one-hot: a prox warning per evaluation, 115 at the point of the docs)
         for t, caught in issued.items():
@@ -1531,6 +1529,10 @@ class StateEvolution:
         minimiser): RUNAWAY_RATIO x the teacher's logit scale beta0 sqrt(Q0 + Delta/2), at least RUNAWAY_RATIO."""
         task = self.problem.task
         return RUNAWAY_RATIO * max(1.0, task.beta0 * math.sqrt(self.q0 + task.noise / 2))
+
+    def _runaway_of(self, res: SEResult) -> str:
+        """:func:`_runaway_why` with this problem's beta and runaway bound ("" where ``res`` is no runaway)."""
+        return _runaway_why(res, self.problem.student.beta, self._runaway_logit())
 
     def _iterate(self, alpha: float, y: np.ndarray, tol: float, prior=None, max_iter: int | None = None,
                  stall: int | None = None) -> dict[str, Any]:
