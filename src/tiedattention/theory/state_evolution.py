@@ -126,7 +126,7 @@ COND_VAR_BELOW = 1e-3
 # quadrature floor, where the floor test accepts the point (direct model, MP 0.5, Delta = 0.5, T = 2, alpha = 0.2525:
 # accepted at q = 8.4e3, beta sqrt(q) = 92, Sigma = 1.3e8, while lambda = 1e-3 ... 1e-7 give q = 1.5, 2.7, 4.4, 7.6, 14:
 # no finite minimiser). Measured (session 27, random lambda = 0 sweeps): converged points at ratio <= 3.0, the runaways
-# the floor test accepted at ratio 49-86 (docs/theory/state_evolution.md, "Runaways at lambda = 0"). Not on Sigma: it
+# the floor test accepted at ratio 41-123 (docs/theory/state_evolution.md, "Runaways at lambda = 0"). Not on Sigma: it
 # diverges at the interpolation threshold with q finite (factorised, MP 0.5, Delta = 0.5, T = 2: Sigma = 1.8e5, 4.7e6,
 # 1.1e8 at 1e-2, 1e-3, 1e-4 above it, q = 5.0). At lambda > 0 the penalty bounds q: no test there.
 RUNAWAY_RATIO = 10.0
