@@ -240,6 +240,7 @@ def test_a_stage_that_runs_off_ends_the_solve_at_its_last_evaluation(monkeypatch
     res = se._solve_regular(0.5, None)
     assert len(set(map(id, stages))) == 1  # one stage
     assert not res.converged and res.phase == "regular" and res.message.startswith(se_mod.RAN_OFF_PAST)
+    assert res._stopped == res.message and "_stopped" not in res.to_dict()  # the marker, not a field
     assert math.log(res.q) == pytest.approx(calls[-1][0], abs=1e-12)  # the last evaluation, not the iterate past it
     assert math.log(res.sigma) == pytest.approx(calls[-1][2], abs=1e-12)
     assert res.iterations == len(calls)
@@ -247,7 +248,8 @@ def test_a_stage_that_runs_off_ends_the_solve_at_its_last_evaluation(monkeypatch
 
 def test_a_stopped_stein_re_solve_refuses_the_point_at_lambda_0(monkeypatch):
     """A warm Stein re-solve stopped by RUNAWAY_SIGMA_STOP reports its last evaluation, whose q can lie just below the
-    runaway bound: the stop's message says it ran off all the same (_stopped_run_off)."""
+    runaway bound: its marker (``_stopped``, set by _ran_off) says it ran off all the same. The marker decides, not
+    the message's text: a result whose message merely reads like a stop is not refused for it."""
     import dataclasses
 
     se = StateEvolution(Problem.from_options(lam=0.0, tokens=3, model="direct", noise_out=0.1))
@@ -256,11 +258,17 @@ def test_a_stopped_stein_re_solve_refuses_the_point_at_lambda_0(monkeypatch):
     jac.errors = {"branch_share": 0.34}
     stop = se_mod._ran_off_past(np.array([2 * math.log(bound) + 0.3, 0.2, 28.0]), 1.0)
     stopped = dataclasses.replace(jac, q=(0.9 * bound) ** 2, converged=False, message=f"{stop}; cold map not tried")
+    look_alike = dataclasses.replace(stopped)  # (replace drops the marker)
+    stopped._stopped = stop
     monkeypatch.setattr(se, "_stein_attempts", lambda alpha, res: (stopped, stop))
-    res = se._stein_resolve(0.14, jac)
+    res = se._stein_resolve(0.14, dataclasses.replace(jac))
     assert not res.converged and se_mod.NOTE_STEIN_RAN_OFF in res.message
     assert f"({stop}) from the Jacobian forms' fixed point" in res.message and "use lambda > 0" in res.message
-    assert se_mod._stopped_run_off(stopped.message) == stop and se_mod._stopped_run_off("stalled at 1e-3") == ""
+    assert look_alike._stopped == "" and jac._stopped == ""
+    monkeypatch.setattr(se, "_stein_attempts", lambda alpha, res: (look_alike, "stalled"))
+    kept = se._stein_resolve(0.14, dataclasses.replace(jac))
+    assert kept.converged and se_mod.NOTE_JACOBIAN_KEPT in kept.message
+    assert se_mod.NOTE_STEIN_RAN_OFF not in kept.message
 
 
 @pytest.mark.slow

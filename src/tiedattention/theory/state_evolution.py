@@ -262,6 +262,9 @@ class SEResult:
     # is then re-solved on the cold map, _cold_gap_resolve); the last secant pairs (_staged) are set the same way.
     # ClassVar: annotated plainly it was a field, and every JSON record and stored curve carried "_cold_gap"
     _cold_gap: ClassVar[float | None] = None
+    # the stop message of an iteration that ran off past the runaway stops (lambda = 0), set by _ran_off; "" else.
+    # What _solve_regular and _stein_resolve decide on (before: the message's prefix, which any note could disturb)
+    _stopped: ClassVar[str] = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -752,7 +755,7 @@ class StateEvolution:
             # off to q ~ 1.6e7, where the map is nearly scale-invariant, and was accepted at residual 9.8e-4)
             res = self._jacobian_start(alpha, init, res)
         res.quadrature = self._quadrature
-        if not res.converged and _stopped_run_off(res.message):
+        if not res.converged and res._stopped:
             # stopped past the runaway stops (lambda = 0): no Stein, cold-map or QMC re-solve from out there (the QMC
             # re-solve of a rough T = 2 point that ran off to q = 5.5e7 ran on to q = 2.7e6, accepted at the
             # quadrature floor and refused as a runaway: 227 s); solve refuses it, after its continuation in lambda
@@ -906,7 +909,7 @@ class StateEvolution:
             return out
         if out is not None:
             res.iterations += out.iterations
-        ran_off = "" if out is None else (self._runaway_of(out) or _stopped_run_off(out.message))
+        ran_off = "" if out is None else (self._runaway_of(out) or out._stopped)
         if self.problem.student.lam == 0.0 and ran_off:
             # the equations this branch share calls for have no finite fixed point near the Jacobian one: at lambda =
             # 0 a runaway, refused as solve refuses one (T = 4, output noise 0.1, beta = 0.3, alpha = 0.05: the warm
@@ -1649,9 +1652,12 @@ class StateEvolution:
         evaluation (that stage's rule), its message. No later stage, hybr fallback or evaluation of the final rule
         follows: past the stops one evaluation took 13-17 s (T = 3, Sigma ~ 1e11), and such a point is a runaway."""
         if st["last_eval"] is None:
-            return self._failed(alpha, it, st["resid"], st["message"])
-        y_eval, ch, ms = st["last_eval"]
-        return self._observables(alpha, self._to_x(y_eval), ch, ms, False, it, st["resid"], st["message"])
+            out = self._failed(alpha, it, st["resid"], st["message"])
+        else:
+            y_eval, ch, ms = st["last_eval"]
+            out = self._observables(alpha, self._to_x(y_eval), ch, ms, False, it, st["resid"], st["message"])
+        out._stopped = st["message"]
+        return out
 
     def _errors_at(self, q: float, m: float) -> tuple[dict[str, float], tuple[float, float]]:
         """mse, test_error and test_error_clean at (q, m), and the two test errors' quadrature errors."""
@@ -2080,12 +2086,6 @@ def _past(y: np.ndarray, stops: tuple[float, float, float]) -> bool:
     """Is the iterate y (log q, atanh rho, log Sigma) past the runaway stops (:meth:`StateEvolution._runaway_stops`):
     q past the first, or Sigma past the second with q past the third?"""
     return bool(y[0] > stops[0] or (y[2] > stops[1] and y[0] >= stops[2]))
-
-
-def _stopped_run_off(message: str) -> str:
-    """The stop message of :func:`_ran_off_past` where ``message`` starts with it, else "" (a Stein re-solve stopped
-    by RUNAWAY_SIGMA_STOP reports its last evaluation, whose q can lie just below the runaway bound)."""
-    return message.split(": stopped")[0] + ": stopped" if message.startswith(RAN_OFF_PAST) else ""
 
 
 def _ran_off_past(y: np.ndarray, beta: float) -> str:
