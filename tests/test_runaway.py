@@ -73,6 +73,42 @@ def test_points_below_the_bound_or_outside_the_regular_phase_are_left_alone(beta
         assert res.converged == before.converged and res.message == before.message
 
 
+@pytest.mark.parametrize("beta", [0.3, 1.0])
+def test_a_stall_near_the_bound_says_it_may_be_a_runaway(beta):
+    """An unconverged lambda = 0 point between RUNAWAY_NEAR x the bound and the bound gets a note saying how to tell a
+    runaway (the default direct problem at alpha = 0.2525 stalled at beta sqrt(q) = 11.9 under the bound 13.2); a
+    stall farther in, a converged point, a runaway (its own message) and the other phases are left alone."""
+    bound = 35.0
+
+    def at(logit: float, **kw) -> SEResult:
+        return _point((logit / beta) ** 2, **kw)
+
+    near = at(se_mod.RUNAWAY_NEAR * bound * 1.01, converged=False, message="stalled at residual 6.90e-02")
+    se_mod._note_near_runaway(near, beta, bound)
+    assert near.message.startswith("stalled at residual 6.90e-02; stopped at logit scale beta sqrt(q) = 17.7, near the")
+    assert "runaway bound 35: the ERM may have no finite minimiser here" in near.message and near.converged is False
+    for res in (at(se_mod.RUNAWAY_NEAR * bound * 0.99, converged=False), at(0.9 * bound),
+                at(1.01 * bound, converged=False), at(0.9 * bound, converged=False, phase="interpolating"),
+                _point(float("nan"), converged=False, phase="failed")):
+        before = dataclasses.replace(res)
+        se_mod._note_near_runaway(res, beta, bound)
+        assert res.message == before.message and res.converged == before.converged
+
+
+def test_solve_notes_a_stall_near_the_bound_at_lambda_zero_only(monkeypatch):
+    """solve() adds the note at lambda = 0, after the runaway test, and not at lambda > 0 (the penalty bounds q)."""
+    se = StateEvolution(SPIKED, d=100)
+    q = (0.8 * se._runaway_logit() / SPIKED.student.beta) ** 2
+    monkeypatch.setattr(StateEvolution, "_solve_regular", lambda self, alpha, init, zero_test=True: _point(
+        q, converged=False, message="stalled at residual 6.90e-02"))
+    monkeypatch.setattr(StateEvolution, "_lam_continuation", lambda self, alpha, res: res)
+    with pytest.warns(ConvergenceWarning, match="near the runaway bound"):
+        se.solve(0.5)
+    with pytest.warns(ConvergenceWarning) as caught:
+        StateEvolution(SPIKED.with_options(lam=1e-6), d=100).solve(0.5)
+    assert not any("near the runaway bound" in str(w.message) for w in caught)
+
+
 def _fake_regular(q: float):
     def solve_regular(self, alpha, init, zero_test=True):
         return _point(q, message="converged to the quadrature accuracy (residual 6.4e-04, quadrature error 1.5e-03)")
@@ -254,7 +290,7 @@ def test_a_stopped_stein_re_solve_refuses_the_point_at_lambda_0(monkeypatch):
 
     se = StateEvolution(Problem.from_options(lam=0.0, tokens=3, model="direct", noise_out=0.1))
     bound = se._runaway_logit()
-    jac = _point(10.0, message="")
+    jac = _point((0.5 * bound) ** 2, message="")  # (the stop's q within COLD_STEIN_SPAN of it: no drift, _drifted_off)
     jac.errors = {"branch_share": 0.34}
     stop = se_mod._ran_off_past(np.array([2 * math.log(bound) + 0.3, 0.2, 28.0]), 1.0)
     stopped = dataclasses.replace(jac, q=(0.9 * bound) ** 2, converged=False, message=f"{stop}; cold map not tried")
@@ -271,6 +307,31 @@ def test_a_stopped_stein_re_solve_refuses_the_point_at_lambda_0(monkeypatch):
     assert se_mod.NOTE_STEIN_RAN_OFF not in kept.message
 
 
+@pytest.mark.parametrize("lam", [0.0, 1e-5])
+def test_a_stein_re_solve_that_drifts_far_out_refuses_the_point_at_lambda_0(monkeypatch, lam):
+    """A warm Stein re-solve that stalls more than COLD_STEIN_SPAN x the Jacobian forms' q farther out, below the
+    runaway bound: at lambda = 0 the point is refused (the Stein map has no fixed point near the Jacobian one, whose
+    point solves the wrong equations; at lambda > 0 the Stein fixed point of such a point lay far out, q ~ lambda^-0.7);
+    at lambda > 0 the Jacobian forms are kept with their note. A stall within the span keeps them at lambda = 0 too."""
+    se = StateEvolution(Problem.from_options(lam=lam, tokens=3, model="direct"))
+    jac = _point(2.26, message="")
+    jac.errors = {"branch_share": 0.014}
+    drifted = dataclasses.replace(jac, q=45.2, converged=False, message="stalled at residual 2.48e-02")
+    assert not se._runaway_of(drifted)  # (below the bound)
+    monkeypatch.setattr(se, "_stein_attempts", lambda alpha, res: (drifted, "stalled at residual 2.48e-02"))
+    res = se._stein_resolve(0.5515, dataclasses.replace(jac))
+    if lam == 0.0:
+        assert not res.converged and se_mod.NOTE_STEIN_RAN_OFF in res.message and res.q == 2.26
+        assert "ran off to q = 45.2 at lambda = 0 (stalled there, more than 10x the Jacobian forms' q = 2.26" in \
+            res.message
+    else:
+        assert res.converged and se_mod.NOTE_JACOBIAN_KEPT in res.message
+    near = dataclasses.replace(drifted, q=20.0)
+    monkeypatch.setattr(se, "_stein_attempts", lambda alpha, res: (near, "stalled at residual 2.48e-02"))
+    kept = se._stein_resolve(0.5515, dataclasses.replace(jac))
+    assert kept.converged and se_mod.NOTE_JACOBIAN_KEPT in kept.message
+
+
 @pytest.mark.slow
 def test_a_runaway_below_the_old_bound_is_not_converged():
     """~1 min. Direct model, MP 0.5, Delta = 0.5, T = 2, lambda = 0, alpha = 0.2525 (alpha_bar just above the direct
@@ -280,7 +341,7 @@ def test_a_runaway_below_the_old_bound_is_not_converged():
     problem = Problem.from_options(lam=0.0, model="direct")
     with pytest.warns(ConvergenceWarning):
         res = StateEvolution(problem).solve(0.2525)
-    assert not res.converged
+    assert not res.converged and "near the runaway bound" in res.message  # (q = 141, beta sqrt(q) = 11.9 < 13.2)
     small = StateEvolution(problem.with_options(lam=1e-5)).solve(0.2525)
     assert small.converged and small.q == pytest.approx(4.42, rel=0.05)
 

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tiedattention.errors import ConvergenceWarning
 from tiedattention.problem import Problem, alpha_from_bar
 from tiedattention.theory.state_evolution import StateEvolution
 
@@ -140,32 +141,57 @@ def test_a_failed_warm_stein_re_solve_falls_back_to_the_cold_map(jacobian_point,
     np.testing.assert_allclose(_x(res), _x(routed_point), rtol=20 * floor)
 
 
-def test_the_cold_fallback_refuses_a_runaway(jacobian_point, monkeypatch):
-    """A cold-map point whose q is more than COLD_STEIN_SPAN from the Jacobian point's (lambda = 0 far out, where the
-    map is nearly scale-invariant and a runaway is accepted at the quadrature floor) is not reported: the Jacobian
-    point is kept and the message names the runaway."""
+class _RunAway:
+    """A cold Stein re-solver whose every solve converges 1000x farther out than the Jacobian point."""
+
+    _quadrature = "qmc4x2^10"
+
+    def __init__(self, jac):
+        self.jac, self.starts = jac, []
+
+    def _solve_regular(self, alpha, x0, zero_test=True):
+        import dataclasses
+
+        self.starts.append(np.asarray(x0, float))
+        return dataclasses.replace(self.jac, q=self.jac.q * 1e3, iterations=7, objective=self.jac.objective - 0.01,
+                                   message="")
+
+
+def test_the_cold_fallback_refuses_a_runaway_at_lambda_0(jacobian_point):
+    """At lambda = 0 a cold-map point whose q is more than COLD_STEIN_SPAN from the Jacobian point's (far out the map
+    is nearly scale-invariant and a runaway is accepted at the quadrature floor) is not reported: the cold fallback
+    fails and names the runaway, after trying the warm re-solve's end point and the Jacobian point."""
     import dataclasses
 
     from tiedattention.theory import state_evolution as sem
 
+    se = StateEvolution(BAND.with_options(lam=0.0), channel_options=RULE)
+    se._stein_cold = far = _RunAway(jacobian_point)
+    warm = dataclasses.replace(jacobian_point, q=1.5 * jacobian_point.q, converged=False, message="stalled")
+    out, why, spent = se._stein_cold_resolve(A_BAND, jacobian_point, warm, "stalled")
+    assert out is None and spent == 14
+    assert "ran off to q = " in why and f"more than {sem.COLD_STEIN_SPAN:g}x" in why
+    assert len(far.starts) == 2 and np.array_equal(far.starts[1], _x(jacobian_point))
+
+
+def test_at_lambda_above_0_a_far_cold_stein_point_is_reported_as_a_large_norm_branch(jacobian_point, monkeypatch):
+    """At lambda > 0 the penalty bounds q: a cold-map Stein point 1000x the Jacobian point's q is that map's fixed
+    point, reported with a note that simulate --theory reads as a large-norm branch (session 28: at lambda = 1e-5
+    the span kept a Jacobian forms' point, no Stein fixed point, 86x below the Stein one of lower objective)."""
+    from tiedattention.theory import state_evolution as sem
+
     se = _capped(StateEvolution(BAND, channel_options=RULE))
-    starts = []
-
-    class RunAway:
-        _quadrature = "qmc4x2^10"
-
-        def _solve_regular(self, alpha, x0, zero_test=True):
-            starts.append(np.asarray(x0, float))
-            return dataclasses.replace(jacobian_point, q=jacobian_point.q * 1e3, iterations=7, message="")
-
-    se._stein_cold = RunAway()
-    # (the scaled Stein starts tried after it, below, would take the same fake's point: they are not tested here)
-    monkeypatch.setattr(se, "_stein_scaled_starts", lambda alpha, res, warm: None)
+    se._stein_cold = far = _RunAway(jacobian_point)
+    monkeypatch.setattr(se, "_stein_scaled_starts", lambda alpha, res, warm: pytest.fail("scaled starts tried"))
+    monkeypatch.setattr(se, "_rs_at", lambda alpha, res: 1.37)
     res = se.solve(A_BAND)
-    np.testing.assert_array_equal(_x(res), _x(jacobian_point))
-    assert "ran off to q = " in res.message and f"more than {sem.COLD_STEIN_SPAN:g}x" in res.message
-    # tried from the warm re-solve's end point (near the Jacobian point: 3 iterations) and from the Jacobian point
-    assert len(starts) == 2 and np.array_equal(starts[1], _x(jacobian_point))
+    assert res.converged and res.quadrature == "qmc4x2^10+stein" and res.q == pytest.approx(1e3 * jacobian_point.q)
+    assert len(far.starts) == 1  # from the warm re-solve's end point, accepted there
+    notes = sem.scaled_start_notes(res.message)
+    assert len(notes) == 1 and notes[0].startswith(sem.NOTE_STEIN_STALLED)
+    assert f"converged on the cold map at q = {res.q:.3g}, 1e+03x the Jacobian forms' q = {jacobian_point.q:.3g}" \
+        in notes[0] and "AT = 1.37: RS-unstable" in notes[0]
+    assert f"objective {res.objective:.5g} against {jacobian_point.objective:.5g}" in notes[0]
 
 
 class _FarStein:
@@ -304,31 +330,23 @@ def test_t3_lambda_0_01_is_unchanged():
         np.testing.assert_array_equal(_x(res), _x(jac))
 
 
-def test_no_cold_fallback_after_a_warm_runaway(jacobian_point):
-    """Where the warm Stein re-solve itself ran off (q more than COLD_STEIN_SPAN from the Jacobian point: T = 4 with
-    output noise at lambda = 0, where the cold map from the Jacobian point ran off too, in 334 s), the cold map is not
-    tried: the Jacobian point is kept and the message says why."""
+@pytest.mark.parametrize("lam", [0.0, 1e-4])
+def test_no_cold_fallback_after_a_warm_runaway_at_lambda_0(jacobian_point, lam):
+    """Where the warm Stein re-solve itself ran off at lambda = 0 (q more than COLD_STEIN_SPAN from the Jacobian
+    point: T = 4 with output noise, where the cold map from the Jacobian point ran off too, in 334 s), the cold map
+    is not tried, and the message says why. At lambda > 0 it is tried from there (the penalty bounds q)."""
     import dataclasses
 
-    se = StateEvolution(BAND, channel_options=RULE)
-    calls = []
-
-    class Fake:
-        _quadrature = "qmc4x2^10"
-
-        def __init__(self, scale):
-            self.scale = scale
-
-        def _solve_regular(self, alpha, x0, zero_test=True):
-            calls.append(self.scale)
-            return dataclasses.replace(jacobian_point, q=jacobian_point.q * self.scale, converged=False,
-                                       message="stalled at residual 1.1e-01")
-
-    se._stein, se._stein_cold = Fake(100.0), Fake(1.0)
-    res = se.solve(A_BAND)
-    np.testing.assert_array_equal(_x(res), _x(jacobian_point))
-    assert calls == [100.0]  # the warm re-solve only
-    assert "cold map not tried: the warm re-solve ran off to q = " in res.message
+    se = StateEvolution(BAND.with_options(lam=lam), channel_options=RULE)
+    se._stein_cold = far = _RunAway(jacobian_point)
+    warm = dataclasses.replace(jacobian_point, q=100 * jacobian_point.q, converged=False, message="stalled")
+    out, why, spent = se._stein_cold_resolve(A_BAND, jacobian_point, warm, "stalled")
+    if lam == 0.0:
+        assert out is None and far.starts == [] and spent == 0
+        assert why.startswith("cold map not tried: the warm re-solve ran off to q = ")
+    else:
+        assert out is not None and not why and len(far.starts) == 1
+        np.testing.assert_array_equal(far.starts[0], _x(warm))
 
 
 @pytest.mark.parametrize("converges", [False, True])
@@ -398,6 +416,38 @@ def test_t4_stein_point_far_from_the_jacobian_one():
     assert res.message.startswith("converged to the quadrature accuracy") and NOTE_STEIN_STALLED in res.message
     assert res.q == pytest.approx(197.3, rel=0.05)
     assert res.test_error == pytest.approx(9.899, abs=0.1)  # (the Jacobian point: 8.548)
+
+
+FAR_T3 = Problem.from_options(target="mp:1.488", noise=0.3504, tokens=3, beta=2.177, beta0=2.765, kappa=1.5,
+                              model="direct")  # (session 27's sweep 3; alpha = 0.5515)
+
+
+@pytest.mark.slow  # ~2.5 min (142 s beside another job, 2026-12-02)
+def test_a_far_stein_point_at_small_lambda_is_found_past_the_span():
+    """lambda = 1e-5: the warm Stein re-solve goes from the Jacobian forms' q = 2.26 to 181 and stalls; the cold map
+    was not tried past COLD_STEIN_SPAN and the Jacobian point (no Stein fixed point, objective 0.0484) was reported
+    converged. At lambda > 0 the span no longer applies: the cold map from the warm end point converges at q = 196
+    (objective 0.0360, test error 1.037, AT = 1.37), where warm continuation from lambda = 1e-4 also leads (q = 195.2,
+    1.0384). Training from scaled starts is on a large-norm branch too: test error 0.890, 0.893 at d = 40, 60."""
+    from tiedattention.theory.state_evolution import NOTE_STEIN_STALLED
+
+    res = StateEvolution(FAR_T3.with_options(lam=1e-5)).solve(0.5515)
+    assert res.converged and res.quadrature.endswith("+stein") and NOTE_STEIN_STALLED in res.message
+    assert res.q == pytest.approx(195.6, rel=0.03) and res.test_error == pytest.approx(1.038, abs=0.02)
+    assert res.objective < 0.045  # (below the Jacobian forms' 0.0484)
+
+
+@pytest.mark.slow  # ~1 min (55 s beside another job, 2026-12-02)
+def test_a_stein_re_solve_that_drifts_far_out_at_lambda_0_refuses_the_point():
+    """lambda = 0: the warm Stein re-solve drifts from q = 2.26 to 45.2 and stalls, below the runaway bound; the
+    Jacobian forms' point was reported converged (test error 0.4197). The Stein branch at lambda = 1e-4, 3e-5, 1e-5,
+    3e-6 lies at q = 42.8, 91.7, 195, 455 (warm continuation): q ~ lambda^-0.7, no finite limit. Refused now."""
+    from tiedattention.theory.state_evolution import NOTE_STEIN_RAN_OFF
+
+    with pytest.warns(ConvergenceWarning, match="no finite minimiser"):
+        res = StateEvolution(FAR_T3.with_options(lam=0.0)).solve(0.5515)
+    assert not res.converged and NOTE_STEIN_RAN_OFF in res.message and "stalled there, more than 10x" in res.message
+    assert res.q == pytest.approx(2.263, rel=1e-3)  # the Jacobian forms' values stay, as reported before
 
 
 class _Ch:

@@ -99,6 +99,10 @@ FORMS_START = 1e-2
 # of the Jacobian forms' point: at lambda = 0 the map is nearly scale-invariant far out, and a cold solve that ran off
 # to q ~ 2e9 was accepted at the quadrature floor (T = 4 with output noise, alpha = 0.05: test error 4.49 against 3.16)
 COLD_STEIN_SPAN = 10.0
+# (at lambda = 0 only: at lambda > 0 the penalty bounds q, and the Stein map can have its fixed point far out, where the
+# warm re-solve leads. T = 3, direct, MP 1.488, Delta = 0.350, beta = 2.18, beta0 = 2.77, kappa = 1.5, lambda = 1e-5,
+# alpha = 0.5515: the warm re-solve went from the Jacobian forms' q = 2.26 to 181, and the Stein fixed point is at
+# q = 195, of lower objective; the span kept the Jacobian forms' point, which is no Stein fixed point. Session 28)
 # a cold start that stalls is continued from the fixed point at LAM_STEP x lambda (LAM_ZERO_START at lambda = 0;
 # solved cold, and by continuation where that stalls too, up to LAM_LEVELS decades up): Sigma grows like 1/lambda,
 # and the cold start (Sigma = 1) can wander off to a large-q point where the map stalls (T = 2, spikes, Delta_out =
@@ -136,6 +140,10 @@ RUNAWAY_RATIO = 10.0
 # the Jacobian forms'"), and a T = 3 one ran off in Sigma to 1e15 with q stuck near 2e5 (beta sqrt(q) ~ 450), its
 # evaluations 3-34 s there (13 min of a 14 min solve)
 RUNAWAY_STOP = 1e5
+# ... and a lambda = 0 point that stalls at beta sqrt(q) >= RUNAWAY_NEAR x the runaway bound says it may be one (the
+# default problem's direct model at alpha = 0.2525 stalled at beta sqrt(q) = 11.9, 9x the teacher's logit scale, its
+# lambda > 0 points growing as lambda falls; the stalls of three random lambda = 0 sweeps sat at 0.97-3.3x)
+RUNAWAY_NEAR = 0.5
 RUNAWAY_SIGMA_STOP = 1e12
 RAN_OFF_PAST = "ran off past q = "  # (the message of an iteration stopped there)
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
@@ -642,6 +650,7 @@ class StateEvolution:
             self._add_rounding_errors(res)
             if lam == 0.0:
                 _refuse_runaway(res, self.problem.student.beta, self._runaway_logit())
+                _note_near_runaway(res, self.problem.student.beta, self._runaway_logit())
         return res
 
     def _lam_continuation(self, alpha: float, stalled: SEResult) -> SEResult:
@@ -909,7 +918,7 @@ class StateEvolution:
             return out
         if out is not None:
             res.iterations += out.iterations
-        ran_off = "" if out is None else (self._runaway_of(out) or out._stopped)
+        ran_off = "" if out is None else (self._runaway_of(out) or out._stopped or _drifted_off(out, res))
         if self.problem.student.lam == 0.0 and ran_off:
             # the equations this branch share calls for have no finite fixed point near the Jacobian one: at lambda =
             # 0 a runaway, refused as solve refuses one (T = 4, output noise 0.1, beta = 0.3, alpha = 0.05: the warm
@@ -1001,20 +1010,23 @@ class StateEvolution:
         residual 3.3e-3 at the warm fixed point, > 2 min unconverged). Iterate the cold map itself
         (:func:`_cold_map_solve`) from the warm Stein end point, then from the Jacobian forms' point; a point whose q
         is more than COLD_STEIN_SPAN away from the Jacobian forms' is a runaway (lambda = 0) and not accepted, and
-        where the warm re-solve itself ran that far the cold map is not tried. ``warm``: the warm re-solve's result
+        where the warm re-solve itself ran that far the cold map is not tried. At lambda > 0 neither guard applies
+        (the penalty bounds q): a point that far is a large-norm branch, and its message says so (NOTE_STEIN_STALLED,
+        which ``theory`` and ``simulate --theory`` read as such). ``warm``: the warm re-solve's result
         (None where it raised), ``warm_fail`` why it failed. Returns (the converged point with ``quadrature`` and
         ``iterations`` set, "", 0) or (None, why it failed, the cold solves' iterations)."""
         if self._stein_cold is None:
             self._stein_cold = self._qmc_resolver({**self._channel_options, "conjugates": "stein"})
         warm_end = warm is not None and _regular(warm)
-        if warm_end and not _q_within(warm.q, res.q, COLD_STEIN_SPAN):
+        span = COLD_STEIN_SPAN if self.problem.student.lam == 0.0 else math.inf
+        if warm_end and not _q_within(warm.q, res.q, span):
             # the Stein map itself runs off here (lambda = 0 above: the cold map from the Jacobian point ran off
             # too, to q ~ 1.2e4 in 334 s), not a warm/cold branch mismatch
             return None, (f"cold map not tried: the warm re-solve ran off to q = {warm.q:.3g} (Jacobian forms' "
                           f"q = {res.q:.3g})"), 0
         iterations, why = 0, "no start"
         for x0 in ([warm.x] if warm_end else []) + [res.x]:
-            out, why = _cold_map_solve(self._stein_cold, alpha, x0, res.q, "Jacobian forms'")
+            out, why = _cold_map_solve(self._stein_cold, alpha, x0, res.q, "Jacobian forms'", span)
             if out is None:
                 continue
             iterations += out.iterations
@@ -1022,6 +1034,12 @@ class StateEvolution:
                 out.iterations = iterations + (warm.iterations if warm is not None else 0)
                 out.quadrature = f"{self._stein_cold._quadrature}+stein"
                 _add_note(out, f"cold map (the warm Stein re-solve did not converge: {warm_fail})")
+                if not _q_within(out.q, res.q, COLD_STEIN_SPAN):  # (lambda > 0) a large-norm branch: say so
+                    at = self._rs_at(alpha, out)
+                    _add_note(out, f"{NOTE_STEIN_STALLED}{warm.q if warm_end else res.q:.3g}, converged on the cold "
+                                   f"map at q = {out.q:.3g}, {out.q / res.q:.3g}x the Jacobian forms' q = {res.q:.3g} "
+                                   f"(objective {out.objective:.5g} against {res.objective:.5g}, AT = {at:.3g}"
+                                   f"{': RS-unstable' if not at < 1.0 else ''})")
                 return out, "", 0
         return None, f"cold map: {why}", iterations
 
@@ -2005,11 +2023,12 @@ def _q_within(q: float, q_ref: float, factor: float) -> bool:
 
 
 def _cold_map_solve(solver: StateEvolution, alpha: float, x0: np.ndarray, q_ref: float,
-                    ref: str) -> tuple[SEResult | None, str]:
+                    ref: str, span: float = COLD_STEIN_SPAN) -> tuple[SEResult | None, str]:
     """One solve of a QMC point on the cold map by ``solver`` (a :meth:`StateEvolution._qmc_resolver`: cold
     accurate stage, stopped at a tenth of the rule's own error) from ``x0`` = (q, m, sigma), the re-solve that
     ``_cold_gap_resolve`` and ``_stein_cold_resolve`` share. Accepted where it converged in the regular phase with q
-    within COLD_STEIN_SPAN of ``q_ref`` (further off is a runaway; ``ref`` names the reference point in the reason).
+    within ``span`` of ``q_ref`` (further off is a runaway at lambda = 0; ``ref`` names the reference point in the
+    reason; ``_stein_cold_resolve`` passes inf at lambda > 0).
     Returns (the result, "") where accepted, (the result, why not) where not, (None, "<Error>: <text>") where the
     solve raised."""
     try:
@@ -2020,8 +2039,8 @@ def _cold_map_solve(solver: StateEvolution, alpha: float, x0: np.ndarray, q_ref:
         return out, out.message or "not converged"
     if not _regular(out):
         return out, f"phase {out.phase}"
-    if not _q_within(out.q, q_ref, COLD_STEIN_SPAN):
-        return out, (f"ran off to q = {out.q:.3g} from q = {x0[0]:.3g} (more than {COLD_STEIN_SPAN:g}x the {ref} "
+    if not _q_within(out.q, q_ref, span):
+        return out, (f"ran off to q = {out.q:.3g} from q = {x0[0]:.3g} (more than {span:g}x the {ref} "
                      f"q = {q_ref:.3g}), not accepted")
     return out, ""
 
@@ -2082,6 +2101,19 @@ def _runaway_why(res: SEResult, beta: float, logit_bound: float) -> str:
             "beta0 sqrt(Q0 + Delta/2))")
 
 
+def _drifted_off(out: SEResult, res: SEResult) -> str:
+    """Why a Stein re-solve ``out`` that did not converge counts as a run-off from the Jacobian forms' point ``res``
+    though below the runaway bound: it ended more than COLD_STEIN_SPAN times farther out ("" where not). Direct, T = 3,
+    MP 1.488, Delta = 0.350, beta = 2.18, beta0 = 2.77, kappa = 1.5, alpha = 0.5515 at lambda = 0: the warm re-solve
+    went from q = 2.26 to 45.2 and stalled, and the Jacobian forms' point was reported converged; at lambda = 1e-4,
+    3e-5, 1e-5, 3e-6 the Stein fixed point lies out there, q = 42.8, 91.7, 195, 455 (q ~ lambda^-0.7: no finite
+    limit), of lower objective than the Jacobian forms' point, and training follows it (session 28)."""
+    if not (_regular(out) and out.q > COLD_STEIN_SPAN * res.q):
+        return ""
+    return (f"stalled there, more than {COLD_STEIN_SPAN:g}x the Jacobian forms' q = {res.q:.3g}: the Stein map has "
+            "no fixed point near that one")
+
+
 def _past(y: np.ndarray, stops: tuple[float, float, float]) -> bool:
     """Is the iterate y (log q, atanh rho, log Sigma) past the runaway stops (:meth:`StateEvolution._runaway_stops`):
     q past the first, or Sigma past the second with q past the third?"""
@@ -2106,6 +2138,19 @@ def _refuse_runaway(res: SEResult, beta: float, logit_bound: float) -> None:
     why = (f"ran off to q = {res.q:.3g} at lambda = 0 ({why}, where the softmaxes saturate): the ERM has no finite "
            "minimiser here (the bounded loss keeps falling as the logits grow); use lambda > 0")
     res.message = f"{why} (solver: {res.message})" if res.message else why
+
+
+def _note_near_runaway(res: SEResult, beta: float, logit_bound: float) -> None:
+    """lambda = 0: a point of the regular phase that did not converge with its logit scale beta sqrt(q) between
+    RUNAWAY_NEAR x ``logit_bound`` and the bound (a stall on the way out, not refused as a runaway) says so, and how
+    to tell, in place. Nothing changes for a converged point, a runaway, or one farther in."""
+    if res.converged or res.phase != "regular" or not res.q >= 0.0 or _runaway_why(res, beta, logit_bound):
+        return
+    logit = beta * math.sqrt(res.q)
+    if logit >= RUNAWAY_NEAR * logit_bound:
+        _add_note(res, f"stopped at logit scale beta sqrt(q) = {logit:.3g}, near the runaway bound {logit_bound:.3g}: "
+                       "the ERM may have no finite minimiser here; solve at small lambda > 0 (q growing without "
+                       "bound as lambda falls means a runaway)")
 
 
 def _add_note(res: SEResult, note: str) -> None:
