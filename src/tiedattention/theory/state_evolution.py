@@ -140,12 +140,12 @@ RUNAWAY_RATIO = 10.0
 # the Jacobian forms'"), and a T = 3 one ran off in Sigma to 1e15 with q stuck near 2e5 (beta sqrt(q) ~ 450), its
 # evaluations 3-34 s there (13 min of a 14 min solve)
 RUNAWAY_STOP = 1e5
-# ... and a lambda = 0 point that stalls at beta sqrt(q) >= RUNAWAY_NEAR x the runaway bound says it may be one (the
+RUNAWAY_SIGMA_STOP = 1e12
+RAN_OFF_PAST = "ran off past q = "  # (the message of an iteration stopped there)
+# a lambda = 0 point that stalls at beta sqrt(q) >= RUNAWAY_NEAR x the runaway bound says it may be a runaway (the
 # default problem's direct model at alpha = 0.2525 stalled at beta sqrt(q) = 11.9, 9x the teacher's logit scale, its
 # lambda > 0 points growing as lambda falls; the stalls of three random lambda = 0 sweeps sat at 0.97-3.3x)
 RUNAWAY_NEAR = 0.5
-RUNAWAY_SIGMA_STOP = 1e12
-RAN_OFF_PAST = "ran off past q = "  # (the message of an iteration stopped there)
 GH_ORDER = 16  # default Gauss-Hermite order of the T = 2 channel at beta = beta0 = 1 (channel_setup)
 FP_STEP = 0.02  # central-difference step in y of the map's Jacobian for the fixed-point error (fixed_point_errors)
 # what a solve of the map may raise where it cannot be evaluated (a re-solve that raises is reported or skipped,
@@ -2107,7 +2107,8 @@ def _drifted_off(out: SEResult, res: SEResult) -> str:
     MP 1.488, Delta = 0.350, beta = 2.18, beta0 = 2.77, kappa = 1.5, alpha = 0.5515 at lambda = 0: the warm re-solve
     went from q = 2.26 to 45.2 and stalled, and the Jacobian forms' point was reported converged; at lambda = 1e-4,
     3e-5, 1e-5, 3e-6 the Stein fixed point lies out there, q = 42.8, 91.7, 195, 455 (q ~ lambda^-0.7: no finite
-    limit), of lower objective than the Jacobian forms' point, and training follows it (session 28)."""
+    limit), of lower objective than the Jacobian forms' point, and prox training from scaled starts sits on a
+    large-norm branch (session 28)."""
     if not (_regular(out) and out.q > COLD_STEIN_SPAN * res.q):
         return ""
     return (f"stalled there, more than {COLD_STEIN_SPAN:g}x the Jacobian forms' q = {res.q:.3g}: the Stein map has "
